@@ -1,0 +1,87 @@
+"""Errors raised by chronolock.
+
+Every error the library or a service raises on purpose derives from
+:class:`ChronolockError`, and keeps its cause (``raise ... from exc``)::
+
+    ChronolockError
+     ├── ConfigurationError          bad store URL, bad settings
+     ├── StoreError                  the store failed; ``__cause__`` is the driver's error
+     │    └── StoreUnavailable       the store cannot be reached (timeouts, no hosts, busy)
+     ├── ClockError                  no global time could be had
+     │    └── TimeServiceUnavailable no timesvc replica answered
+     └── LockError                   carries ``lock_id``
+          ├── InvalidLockId          rejected before touching the store
+          ├── LockTimeout            ``get_lock(timeout=...)`` ran out
+          ├── LockCancelled          a pending ``get_lock`` was cancelled
+          └── LockNotOwned           the caller does not own the lock (revoked, expired, released)
+               └── LockLost          the lease was revoked or could not be renewed in time
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChronolockError",
+    "ClockError",
+    "ConfigurationError",
+    "InvalidLockId",
+    "LockCancelled",
+    "LockError",
+    "LockLost",
+    "LockNotOwned",
+    "LockTimeout",
+    "StoreError",
+    "StoreUnavailable",
+    "TimeServiceUnavailable",
+]
+
+
+class ChronolockError(Exception):
+    """Base of every error chronolock raises on purpose."""
+
+
+class ConfigurationError(ChronolockError):
+    """A setting or a store URL is malformed."""
+
+
+class StoreError(ChronolockError):
+    """The cell store failed; the driver's exception is attached as ``__cause__``."""
+
+
+class StoreUnavailable(StoreError):
+    """The cell store cannot be reached now (timeout, no live hosts, database busy)."""
+
+
+class ClockError(ChronolockError):
+    """Global time could not be obtained."""
+
+
+class TimeServiceUnavailable(ClockError):
+    """No timesvc replica answered in time."""
+
+
+class LockError(ChronolockError):
+    """An error about one lock; ``lock_id`` names it."""
+
+    def __init__(self, message: str, *, lock_id: str | None = None) -> None:
+        super().__init__(message if lock_id is None else f"{message} (lock {lock_id!r})")
+        self.lock_id = lock_id
+
+
+class InvalidLockId(LockError, ValueError):
+    """The lock id is empty, too long, or contains control characters."""
+
+
+class LockTimeout(LockError, TimeoutError):
+    """``get_lock`` did not acquire the lock within its timeout."""
+
+
+class LockCancelled(LockError):
+    """A pending ``get_lock`` was cancelled."""
+
+
+class LockNotOwned(LockError):
+    """The caller does not hold the lock (it was released, revoked or lost)."""
+
+
+class LockLost(LockNotOwned):
+    """The lease was revoked by leasewatch or could not be renewed within its length."""

@@ -1,0 +1,95 @@
+"""Settings read from environment variables (pydantic-settings), one object per component.
+
+Names shared by every component start with ``CHRONOLOCK_``; a service's own
+settings start with its name (``TIMESVC_``, ``LEASEWATCH_``). The README, the
+Kubernetes ConfigMaps and ``--help`` use exactly these names; a test checks
+that the manifests provide exactly what each settings class reads.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from lockclient.store.url import parse_store_url
+
+__all__ = ["ClientSettings", "StoreSettings", "env_names"]
+
+DEFAULT_STORE_URL = "sqlite:///.chronolock/cells.db"
+
+
+def _alias(name: str) -> AliasChoices:
+    return AliasChoices(name)
+
+
+class StoreSettings(BaseSettings):
+    """Where the cells live. Shared by every component."""
+
+    model_config = SettingsConfigDict(env_prefix="CHRONOLOCK_", extra="ignore", populate_by_name=True)
+
+    store_url: str = Field(
+        default=DEFAULT_STORE_URL,
+        validation_alias=_alias("CHRONOLOCK_STORE_URL"),
+        description="sqlite:///path/cells.db or cassandra://host1,host2:9042/keyspace?dc=dc1",
+    )
+    cassandra_username: str | None = Field(
+        default=None, validation_alias=_alias("CHRONOLOCK_CASSANDRA_USERNAME"), description="Cassandra user"
+    )
+    cassandra_password: SecretStr | None = Field(
+        default=None, validation_alias=_alias("CHRONOLOCK_CASSANDRA_PASSWORD"), description="Cassandra password"
+    )
+
+    @field_validator("store_url")
+    @classmethod
+    def _valid_url(cls, value: str) -> str:
+        parse_store_url(value)  # raises ConfigurationError with a clear message
+        return value
+
+    def open_store(self):  # type: ignore[no-untyped-def]  # noqa: ANN201 - returns CellStore; avoids import cycle
+        from lockclient.store import open_store
+
+        password = self.cassandra_password.get_secret_value() if self.cassandra_password else None
+        return open_store(self.store_url, username=self.cassandra_username, password=password)
+
+
+class LoggingSettings(BaseSettings):
+    """Mixed into every service's settings."""
+
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="log level")
+    log_format: Literal["json", "console"] = Field(default="json", description="json: one JSON object per line")
+
+
+class ClientSettings(StoreSettings):
+    """Settings of the lock client library (``RemoteLocker.from_env()``) and ``lockctl``."""
+
+    timesvc_urls: str = Field(
+        default="",
+        validation_alias=_alias("CHRONOLOCK_TIMESVC_URLS"),
+        description="comma-separated timesvc base URLs; empty = take global time from the store directly",
+    )
+    leasewatch_url: str = Field(
+        default="",
+        validation_alias=_alias("CHRONOLOCK_LEASEWATCH_URL"),
+        description="leasewatch base URL for wake-ups; empty = poll the store with capped back-off",
+    )
+    lease: float = Field(default=10.0, gt=0, validation_alias=_alias("CHRONOLOCK_LEASE"), description="lease length, s")
+    http_timeout: float = Field(
+        default=2.0, gt=0, validation_alias=_alias("CHRONOLOCK_HTTP_TIMEOUT"), description="timeout per HTTP call, s"
+    )
+
+
+def env_names(settings_cls: type[BaseSettings]) -> set[str]:
+    """The environment variable names a settings class reads (for drift checks and docs)."""
+    prefix = str(settings_cls.model_config.get("env_prefix", ""))
+    names: set[str] = set()
+    for name, field in settings_cls.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.update(str(choice).upper() for choice in alias.choices)
+        elif isinstance(alias, str):
+            names.add(alias.upper())
+        else:
+            names.add(f"{prefix}{name}".upper())
+    return names

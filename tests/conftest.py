@@ -1,0 +1,47 @@
+"""Session-wide fixtures: real stores and real service processes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.support.cassandra_node import LocalCassandraNode
+
+
+
+@pytest.fixture(scope="session")
+def local_cassandra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCassandraNode]:
+    """One real Cassandra 1.2.0 node for the whole test session (shared/cassandra-local.md)."""
+    from tests.support.cassandra_node import LocalCassandraNode
+
+    node = LocalCassandraNode(tmp_path_factory.mktemp("cassandra"))
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture(scope="session")
+def local_cassandra_url(local_cassandra: LocalCassandraNode) -> str:
+    return local_cassandra.store_url("chronolock_test")
+
+
+@pytest.fixture(scope="session")
+def modern_cassandra_url() -> str:
+    from tests.support.cassandra_node import ensure_keyspace
+
+    host, _, port = os.environ["CHRONOLOCK_TEST_CASSANDRA"].partition(":")
+    url = f"cassandra://{host}:{port or 9042}/chronolock_test"
+    ensure_keyspace(url)
+    return url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cells.db'}"

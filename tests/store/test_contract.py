@@ -1,0 +1,278 @@
+"""The store contract: one suite, every adapter (SQLite always, the local Cassandra node always,
+a modern Cassandra when CHRONOLOCK_TEST_CASSANDRA names one). See lockclient/store/base.py."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import uuid
+
+import pytest
+
+from lockclient.errors import ConfigurationError
+from lockclient.store import CellStore, Table, open_store, parse_store_url
+from tests.store import workers
+
+
+def fresh_row() -> str:
+    return f"row-{uuid.uuid4().hex}"
+
+
+def needs_cas(store: CellStore) -> None:
+    if not store.supports_compare_and_set:
+        pytest.skip("compare-and-set needs lightweight transactions (Cassandra 2.0+); this node is 1.2")
+
+
+# -- last-write-wins ------------------------------------------------------------------
+
+
+def test_put_then_get_returns_value_and_timestamp(store: CellStore) -> None:
+    row = fresh_row()
+    store.put(Table.OWNER, row, "alice", "hello", timestamp=1_000)
+    cell = store.get(Table.OWNER, row, "alice")
+    assert cell is not None
+    assert (cell.column, cell.value, cell.timestamp) == ("alice", "hello", 1_000)
+    assert store.get(Table.OWNER, row, "bob") is None
+
+
+def test_tables_are_separate(store: CellStore) -> None:
+    row = fresh_row()
+    store.put(Table.OWNER, row, "c", "x", timestamp=10)
+    assert store.get(Table.QUEUE, row, "c") is None
+
+
+def test_higher_timestamp_wins_whatever_the_arrival_order(store: CellStore) -> None:
+    row = fresh_row()
+    store.put(Table.OWNER, row, "c", "new", timestamp=200)
+    store.put(Table.OWNER, row, "c", "old", timestamp=100)  # arrives later, older: ignored
+    cell = store.get(Table.OWNER, row, "c")
+    assert cell is not None and (cell.value, cell.timestamp) == ("new", 200)
+    store.put(Table.OWNER, row, "c", "newest", timestamp=300)
+    cell = store.get(Table.OWNER, row, "c")
+    assert cell is not None and (cell.value, cell.timestamp) == ("newest", 300)
+
+
+def test_delete_hides_cells_up_to_its_timestamp_including_late_older_writes(store: CellStore) -> None:
+    row = fresh_row()
+    store.put(Table.QUEUE, row, "c", "v", timestamp=100)
+    store.delete(Table.QUEUE, row, "c", timestamp=150)
+    assert store.get(Table.QUEUE, row, "c") is None
+    store.put(Table.QUEUE, row, "c", "late", timestamp=120)  # older than the tombstone
+    assert store.get(Table.QUEUE, row, "c") is None
+    assert store.read_row(Table.QUEUE, row) == []
+    store.put(Table.QUEUE, row, "c", "after", timestamp=151)
+    cell = store.get(Table.QUEUE, row, "c")
+    assert cell is not None and cell.value == "after"
+
+
+def test_delete_of_a_cell_never_written_still_shadows_older_writes(store: CellStore) -> None:
+    row = fresh_row()
+    store.delete(Table.OWNER, row, "ghost", timestamp=500)
+    store.put(Table.OWNER, row, "ghost", "boo", timestamp=499)
+    assert store.get(Table.OWNER, row, "ghost") is None
+
+
+@pytest.mark.parametrize("delete_first", [False, True])
+def test_tombstone_beats_live_cell_at_equal_timestamp(store: CellStore, delete_first: bool) -> None:
+    row = fresh_row()
+    if delete_first:
+        store.delete(Table.OWNER, row, "c", timestamp=777)
+        store.put(Table.OWNER, row, "c", "zzz", timestamp=777)
+    else:
+        store.put(Table.OWNER, row, "c", "zzz", timestamp=777)
+        store.delete(Table.OWNER, row, "c", timestamp=777)
+    assert store.get(Table.OWNER, row, "c") is None
+
+
+@pytest.mark.parametrize("order", [("apple", "banana"), ("banana", "apple")])
+def test_larger_value_wins_between_live_cells_at_equal_timestamp(store: CellStore, order: tuple[str, str]) -> None:
+    row = fresh_row()
+    for value in order:
+        store.put(Table.OWNER, row, "c", value, timestamp=42)
+    cell = store.get(Table.OWNER, row, "c")
+    assert cell is not None and cell.value == "banana"
+
+
+def test_row_is_read_in_column_order_with_lower_bound_and_limit(store: CellStore) -> None:
+    row = fresh_row()
+    columns = ["00000000000000000300b", "00000000000000000100a", "00000000000000000200z", "00000000000000000100b"]
+    for i, col in enumerate(columns):
+        store.put(Table.QUEUE, row, col, f"v{i}", timestamp=10 + i)
+    assert [c.column for c in store.read_row(Table.QUEUE, row)] == sorted(columns)
+    assert [c.column for c in store.read_row(Table.QUEUE, row, limit=2)] == sorted(columns)[:2]
+    assert [c.column for c in store.read_row(Table.QUEUE, row, start="00000000000000000200")] == [
+        "00000000000000000200z",
+        "00000000000000000300b",
+    ]
+    assert [c.column for c in store.read_row(Table.QUEUE, row, start="00000000000000000100b", limit=1)] == [
+        "00000000000000000100b"
+    ]
+    assert store.read_row(Table.QUEUE, row, start="9") == []
+
+
+def test_column_order_is_utf8_byte_order(store: CellStore) -> None:
+    row = fresh_row()
+    names = ["b", "a", "Z", "é", "ß", "\u4e2d", "a\u00e9", "aa"]
+    for i, name in enumerate(names):
+        store.put(Table.OWNER, row, name, "x", timestamp=i + 1)
+    got = [c.column for c in store.read_row(Table.OWNER, row)]
+    assert got == sorted(names, key=lambda s: s.encode("utf-8"))
+
+
+def test_row_read_skips_tombstones_and_limit_counts_live_cells(store: CellStore) -> None:
+    row = fresh_row()
+    for i in range(10):
+        store.put(Table.QUEUE, row, f"c{i:02d}", "x", timestamp=100)
+    for i in range(0, 10, 2):
+        store.delete(Table.QUEUE, row, f"c{i:02d}", timestamp=101)
+    assert [c.column for c in store.read_row(Table.QUEUE, row, limit=3)] == ["c01", "c03", "c05"]
+
+
+def test_rows_are_independent(store: CellStore) -> None:
+    a, b = fresh_row(), fresh_row()
+    store.put(Table.QUEUE, a, "c", "in-a", timestamp=1)
+    store.delete(Table.QUEUE, b, "c", timestamp=5)
+    cell = store.get(Table.QUEUE, a, "c")
+    assert cell is not None and cell.value == "in-a"
+
+
+def test_ttl_expires_cell_and_counts_from_application(store: CellStore) -> None:
+    row = fresh_row()
+    # An old timestamp must not make the TTL expire early: TTL counts from when the store applies it.
+    store.put(Table.INDEX, row, "short", "x", timestamp=1, ttl=1)
+    store.put(Table.INDEX, row, "long", "y", timestamp=1, ttl=60)
+    assert store.get(Table.INDEX, row, "short") is not None
+    deadline = time.monotonic() + 10
+    while store.get(Table.INDEX, row, "short") is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert store.get(Table.INDEX, row, "short") is None
+    assert [c.column for c in store.read_row(Table.INDEX, row)] == ["long"]
+
+
+def test_bad_arguments_are_rejected_before_the_store(store: CellStore) -> None:
+    with pytest.raises(ValueError, match="limit"):
+        store.read_row(Table.QUEUE, fresh_row(), limit=0)
+    with pytest.raises(ValueError, match="ttl"):
+        store.put(Table.QUEUE, fresh_row(), "c", "v", timestamp=1, ttl=0)
+
+
+# -- several processes ------------------------------------------------------------------
+
+
+def test_concurrent_writers_from_processes_converge_on_the_highest_timestamp(store: CellStore, store_url: str) -> None:
+    row = fresh_row()
+    plans = [[p * 7 + i * 31 + 1 for i in range(40)] for p in range(4)]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        pool.starmap(workers.write_versions, [(store_url, row, "c", plan) for plan in plans])
+    top = max(max(p) for p in plans)
+    cell = store.get(Table.QUEUE, row, "c")
+    assert cell is not None and cell.timestamp == top and cell.value == f"v{top:020d}"
+
+
+def test_concurrent_appenders_from_processes_lose_nothing(store: CellStore, store_url: str) -> None:
+    row = fresh_row()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        pool.starmap(workers.append_columns, [(store_url, row, f"p{p}", 50) for p in range(4)])
+    cells = store.read_row(Table.QUEUE, row)
+    assert len(cells) == 200
+    assert [c.column for c in cells] == sorted(c.column for c in cells)
+
+
+# -- compare-and-set ------------------------------------------------------------------------
+
+
+def test_cas_insert_if_absent_then_conflict_reports_current(store: CellStore) -> None:
+    needs_cas(store)
+    row = fresh_row()
+    first = store.compare_and_set(row, {"lease": None}, {"lease": "v1"})
+    assert first.applied and first.current == {"lease": "v1"}
+    second = store.compare_and_set(row, {"lease": None}, {"lease": "other"})
+    assert not second.applied and second.current == {"lease": "v1"}
+    assert store.read_versioned(row) == {"lease": "v1"}
+
+
+def test_cas_update_and_delete_on_expected_value(store: CellStore) -> None:
+    needs_cas(store)
+    row = fresh_row()
+    assert store.compare_and_set(row, {"a": None}, {"a": "1"}).applied
+    stale = store.compare_and_set(row, {"a": "0"}, {"a": "2"})
+    assert not stale.applied and stale.current == {"a": "1"}
+    assert store.compare_and_set(row, {"a": "1"}, {"a": "2"}).applied
+    assert store.compare_and_set(row, {"a": "2"}, {"a": None}).applied
+    assert store.read_versioned(row) == {}
+    gone = store.compare_and_set(row, {"a": "2"}, {"a": None})
+    assert not gone.applied and gone.current == {"a": None}
+
+
+def test_cas_over_several_cells_needs_every_condition(store: CellStore) -> None:
+    needs_cas(store)
+    row = fresh_row()
+    assert store.compare_and_set(row, {"fence": None, "lease": None}, {"fence": "0", "lease": "v1"}).applied
+    # Condition on lease fails: the fence must not move either.
+    result = store.compare_and_set(row, {"fence": "0", "lease": "v0"}, {"fence": "1"})
+    assert not result.applied
+    assert result.current["lease"] == "v1"
+    assert store.read_versioned(row) == {"fence": "0", "lease": "v1"}
+    # Both hold: the fence moves, the lease (condition only) stays.
+    ok = store.compare_and_set(row, {"fence": "0", "lease": "v1"}, {"fence": "1"})
+    assert ok.applied
+    assert store.read_versioned(row) == {"fence": "1", "lease": "v1"}
+    # An absent-condition on one cell plus a value condition on another.
+    assert not store.compare_and_set(row, {"lease": None, "fence": "1"}, {"fence": "2"}).applied
+    assert store.compare_and_set(row, {"other": None, "fence": "1"}, {"fence": "2", "other": "x"}).applied
+    assert store.read_versioned(row) == {"fence": "2", "lease": "v1", "other": "x"}
+
+
+def test_cas_rejects_blind_writes(store: CellStore) -> None:
+    needs_cas(store)
+    with pytest.raises(ValueError, match="precondition"):
+        store.compare_and_set(fresh_row(), {"a": None}, {"b": "1"})
+    with pytest.raises(ValueError, match="at least one"):
+        store.compare_and_set(fresh_row(), {"a": None}, {})
+
+
+def test_cas_rows_are_independent(store: CellStore) -> None:
+    needs_cas(store)
+    a, b = fresh_row(), fresh_row()
+    assert store.compare_and_set(a, {"x": None}, {"x": "1"}).applied
+    assert store.read_versioned(b) == {}
+
+
+def test_cas_is_linearizable_under_racing_processes(store: CellStore, store_url: str) -> None:
+    needs_cas(store)
+    row = fresh_row()
+    processes, times = 3, 15
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(processes) as pool:
+        pool.starmap(workers.cas_increment, [(store_url, row, times)] * processes)
+    assert store.read_versioned(row) == {"counter": str(processes * times)}
+
+
+# -- URLs -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["", "cells.db", "redis://x/0", "sqlite://relative.db", "sqlite:///", "cassandra:///ks", "cassandra://h:x/ks",
+     "cassandra://h:9042/", "cassandra://h/bad-keyspace", "cassandra://h:70000/ks"],
+)
+def test_bad_store_urls_are_clear_configuration_errors(url: str) -> None:
+    with pytest.raises(ConfigurationError):
+        parse_store_url(url)
+
+
+def test_store_url_parsing() -> None:
+    parsed = parse_store_url("cassandra://u:p%40ss@h1,h2:9042/chrono?dc=dc1&timeout=2")
+    assert parsed.hosts == ("h1", "h2") and parsed.port == 9042 and parsed.path == "chrono"
+    assert (parsed.username, parsed.password) == ("u", "p@ss")
+    assert parsed.options == {"dc": "dc1", "timeout": "2"}
+    assert "p@ss" not in parsed.redacted() and "p@ss" not in repr(parsed)
+    assert parse_store_url("sqlite:////tmp/x.db").path == "/tmp/x.db"
+    assert parse_store_url("sqlite:///x.db").path == "x.db"
+
+
+def test_open_store_rejects_negative_options(tmp_path: object) -> None:
+    with pytest.raises(ConfigurationError, match="busy_timeout"):
+        open_store(f"sqlite:///{tmp_path}/x.db?busy_timeout=-1")

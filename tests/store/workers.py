@@ -1,0 +1,33 @@
+"""Worker functions run in separate processes by the contract suite (spawn start method)."""
+
+from __future__ import annotations
+
+from lockclient.store import Table, open_store
+
+
+def write_versions(url: str, row: str, column: str, timestamps: list[int]) -> None:
+    """Write one cell many times with the given timestamps (value = the timestamp)."""
+    with open_store(url) as store:
+        for ts in timestamps:
+            store.put(Table.QUEUE, row, column, f"v{ts:020d}", timestamp=ts)
+
+
+def append_columns(url: str, row: str, prefix: str, count: int) -> None:
+    with open_store(url) as store:
+        for i in range(count):
+            store.put(Table.QUEUE, row, f"{prefix}-{i:05d}", prefix, timestamp=1_000 + i)
+
+
+def cas_increment(url: str, row: str, times: int) -> int:
+    """Increment a counter cell `times` times by read-modify-write compare-and-set; returns retries."""
+    retries = 0
+    with open_store(url) as store:
+        done = 0
+        while done < times:
+            current = store.read_versioned(row).get("counter")
+            nxt = str(int(current or "0") + 1)
+            if store.compare_and_set(row, {"counter": current}, {"counter": nxt}).applied:
+                done += 1
+            else:
+                retries += 1
+    return retries

@@ -1,0 +1,32 @@
+"""timesvc settings: ``TIMESVC_*`` plus the shared ``CHRONOLOCK_*`` store settings."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from lockclient.settings import LoggingSettings, StoreSettings
+
+__all__ = ["TimesvcSettings"]
+
+
+def _default_replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class TimesvcSettings(StoreSettings, LoggingSettings):
+    """Everything ``timesvc serve`` reads from the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="TIMESVC_", extra="ignore", populate_by_name=True)
+
+    host: str = Field(default="127.0.0.1", description="address to listen on")
+    port: int = Field(default=8700, ge=0, le=65535, description="port to listen on (0 = any free port)")
+    tick: float = Field(default=0.5, gt=0, le=60, description="seconds between TryUpdateGlobalTime runs")
+    max_skew: float = Field(
+        default=1.0, gt=0, description="s the local clock may run ahead of observed global time before it is runaway"
+    )
+    replica_id: str = Field(default_factory=_default_replica_id, description="name reported in /now and logs")
+    shutdown_grace: float = Field(default=5.0, ge=0, description="s to finish in-flight requests on SIGTERM")
