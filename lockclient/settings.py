@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockclient.store.url import parse_store_url
 
-__all__ = ["ClientSettings", "StoreSettings", "env_names"]
+__all__ = ["ClientSettings", "LoggingSettings", "StoreSettings", "env_names", "settings_help"]
 
 DEFAULT_STORE_URL = "sqlite:///.chronolock/cells.db"
 
@@ -93,3 +93,15 @@ def env_names(settings_cls: type[BaseSettings]) -> set[str]:
         else:
             names.add(f"{prefix}{name}".upper())
     return names
+
+
+def settings_help(settings_cls: type[BaseSettings]) -> str:
+    """A plain-text table of a settings class's environment variables, for ``--help``."""
+    prefix = str(settings_cls.model_config.get("env_prefix", ""))
+    lines = ["Settings (environment variables):", ""]
+    for name, field in sorted(settings_cls.model_fields.items()):
+        alias = field.validation_alias
+        env = str(alias.choices[0]) if isinstance(alias, AliasChoices) else f"{prefix}{name}".upper()
+        default = "(per process)" if field.default_factory is not None else repr(field.default)
+        lines.append(f"  {env:<32} {field.description or ''} [default: {default}]")
+    return "\n".join(lines)

@@ -45,3 +45,12 @@ def modern_cassandra_url() -> str:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'cells.db'}"
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[object]:
+    """Service processes for one test, stopped (by PID) when it ends."""
+    from tests.support.procs import fleet
+
+    with fleet(tmp_path) as started:
+        yield started

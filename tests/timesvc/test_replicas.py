@@ -1,0 +1,183 @@
+"""timesvc invariants with real replica processes on one store (DESIGN.md §4, §7.2–7.3)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+import pytest
+
+from tests.support.history import Read, monotonic_read_violations
+from tests.support.procs import Fleet, ServiceProcess
+
+pytestmark = pytest.mark.slow
+
+MAX_SKEW_US = 1_000_000
+
+
+def now_us(proc: ServiceProcess) -> int:
+    response = httpx.get(f"{proc.url}/now", timeout=5)
+    response.raise_for_status()
+    value: int = response.json()["now_us"]
+    return value
+
+
+async def hammer(urls: list[str], clients: int, seconds: float) -> list[Read]:
+    """`clients` concurrent clients, each hopping to the next replica on every request."""
+    reads: list[Read] = []
+    deadline = time.monotonic() + seconds
+
+    async def client(n: int, session: aiohttp.ClientSession) -> None:
+        for i in itertools.count(n):
+            if time.monotonic() > deadline:
+                return
+            url = urls[i % len(urls)]
+            invoked = time.monotonic_ns()
+            async with session.get(f"{url}/now") as response:
+                body = await response.json()
+            assert response.status == 200, body
+            reads.append(Read(n, invoked, time.monotonic_ns(), body["now_us"], body["replica"]))
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        await asyncio.gather(*(client(n, session) for n in range(clients)))
+    return reads
+
+
+def test_three_replicas_never_go_backwards_for_hopping_clients(processes: Fleet, sqlite_url: str) -> None:
+    replicas = [processes.timesvc(sqlite_url, name=f"r{i}") for i in range(3)]
+    for r in replicas:
+        r.wait_ready()
+    reads = asyncio.run(hammer([r.url for r in replicas], clients=24, seconds=10))
+
+    assert len(reads) > 1000, f"only {len(reads)} reads in 10 s"
+    assert {r.replica for r in reads} == {"r0", "r1", "r2"}
+    assert monotonic_read_violations(reads) == []
+    for n in range(24):  # and per client, in its own order
+        mine = [r.value for r in sorted((r for r in reads if r.client == n), key=lambda r: r.invoked_ns)]
+        assert mine == sorted(mine), f"client {n} saw time go backwards"
+
+
+def test_now_advances_with_real_time_at_microsecond_resolution(processes: Fleet, sqlite_url: str) -> None:
+    replicas = [processes.timesvc(sqlite_url, name=f"r{i}") for i in range(3)]
+    for r in replicas:
+        r.wait_ready()
+    with httpx.Client(timeout=5) as client:
+        for a, b in itertools.islice(itertools.cycle(itertools.permutations(replicas, 2)), 12):
+            t0 = time.monotonic_ns()
+            first = client.get(f"{a.url}/now").json()["now_us"]
+            t1 = time.monotonic_ns()
+            time.sleep(0.05)
+            t2 = time.monotonic_ns()
+            second = client.get(f"{b.url}/now").json()["now_us"]
+            t3 = time.monotonic_ns()
+            # The two values were taken somewhere inside [t0, t1] and [t2, t3]; their difference
+            # must be real elapsed time (≈ 50 ms), not 0 (cached) and not a tick (500 ms).
+            low, high = (t2 - t1) // 1000, (t3 - t0) // 1000
+            slack = 3_000  # µs: scheduling between reading the clock and answering
+            assert low - slack <= second - first <= high + slack, (first, second, low, high)
+
+
+def test_runaway_replica_never_drags_now_ahead_and_reports_not_ready(processes: Fleet, sqlite_url: str) -> None:
+    healthy = [processes.timesvc(sqlite_url, name=f"ok{i}") for i in range(2)]
+    for r in healthy:
+        r.wait_ready()
+    fast = processes.timesvc(sqlite_url, name="fast", skew="+600s")
+    deadline = time.monotonic() + 6
+    with httpx.Client(timeout=5) as client:
+        while time.monotonic() < deadline:
+            for r in [*healthy, fast]:
+                value = client.get(f"{r.url}/now").json()["now_us"]
+                assert value <= time.time_ns() // 1000 + MAX_SKEW_US, f"{r.name} handed out a time from the future"
+            time.sleep(0.05)
+        ready = client.get(f"{fast.url}/readyz")
+        assert ready.status_code == 503
+        assert any("runaway" in reason for reason in ready.json()["reasons"])
+        status = client.get(f"{fast.url}/status").json()
+        assert status["runaway"] and status["rejected_ticks"] > 3
+        assert status["local_offset_us"] > 500_000_000
+        for r in healthy:
+            assert client.get(f"{r.url}/readyz").status_code == 200
+        metrics = client.get(f"{fast.url}/metrics").text
+        assert "timesvc_runaway 1.0" in metrics
+
+
+def test_no_freeze_after_a_fast_replica_published_and_died(processes: Fleet, sqlite_url: str) -> None:
+    """The thesis' freeze: global time stood still for 10 minutes. Here it keeps real rate."""
+    fast = processes.timesvc(sqlite_url, name="fast", skew="+600s")
+    fast.wait_ready()
+    ahead = now_us(fast) - time.time_ns() // 1000
+    assert ahead > 590_000_000, "the fast replica alone must publish its clock"
+    healthy = [processes.timesvc(sqlite_url, name=f"ok{i}") for i in range(2)]
+    for r in healthy:
+        r.wait_ready()
+    fast.kill()
+
+    samples: list[tuple[int, int]] = []
+    with httpx.Client(timeout=5) as client:
+        end = time.monotonic() + 5
+        i = 0
+        while time.monotonic() < end:
+            r = healthy[i % 2]
+            i += 1
+            value = client.get(f"{r.url}/now").json()["now_us"]
+            samples.append((time.monotonic_ns(), value))
+            time.sleep(0.1)
+    values = [v for _, v in samples]
+    assert values == sorted(values)
+    assert values[0] - time.time_ns() // 1000 > 590_000_000, "global time must never come back down"
+    rate = (values[-1] - values[0]) / ((samples[-1][0] - samples[0][0]) / 1000)
+    assert rate >= 0.95, f"global time advanced at {rate:.3f}x real rate after the fast replica died"
+
+
+def test_replica_in_the_past_never_lowers_now(processes: Fleet, sqlite_url: str) -> None:
+    healthy = [processes.timesvc(sqlite_url, name=f"ok{i}") for i in range(2)]
+    for r in healthy:
+        r.wait_ready()
+    slow = processes.timesvc(sqlite_url, name="slow", skew="-600s")
+    slow.wait_ready()  # a slow clock is not runaway: it serves observed + elapsed
+    reads = asyncio.run(hammer([r.url for r in [*healthy, slow]], clients=6, seconds=4))
+    assert monotonic_read_violations(reads) == []
+    slow_values = [r.value for r in reads if r.replica == "slow"]
+    assert slow_values
+    assert min(slow_values) > time.time_ns() // 1000 - 60_000_000, "the slow replica served its own clock"
+
+
+def test_store_unavailable_gives_503_and_recovers_by_itself(processes: Fleet, tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "busy.db"
+    replica = processes.timesvc(f"sqlite:///{db}?busy_timeout=0.2", name="r")
+    replica.wait_ready()
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")  # another writer holds the database: every write is busy
+    try:
+        with httpx.Client(timeout=5) as client:
+            deadline = time.monotonic() + 10
+            while client.get(f"{replica.url}/readyz").status_code != 503:
+                assert time.monotonic() < deadline, "readyz stayed 200 while the store was unavailable"
+                time.sleep(0.1)
+            response = client.get(f"{replica.url}/now")
+            assert response.status_code == 503
+            assert "store unavailable" in response.json()["detail"]
+            assert response.headers["cache-control"] == "no-store"
+            reasons = client.get(f"{replica.url}/readyz").json()["reasons"]
+            assert any("store unavailable" in reason for reason in reasons)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    replica.wait_ready(timeout=10)
+    assert now_us(replica) > 0
+
+
+def test_bad_http_input_gets_a_clear_4xx(processes: Fleet, sqlite_url: str) -> None:
+    replica = processes.timesvc(sqlite_url, name="r")
+    with httpx.Client(base_url=replica.url, timeout=5) as client:
+        wrong_method = client.post("/now", json={"now_us": 1})
+        assert wrong_method.status_code == 405 and wrong_method.json()["detail"] == "Method Not Allowed"
+        missing = client.get("/nope")
+        assert missing.status_code == 404 and missing.json()["detail"] == "Not Found"
+        assert client.get("/openapi.json").json()["info"]["title"] == "chronolock timesvc"

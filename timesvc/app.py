@@ -1,0 +1,320 @@
+"""The timesvc HTTP service: ``create_app(settings)`` builds a FastAPI app.
+
+The lifespan opens the store and starts an APScheduler job that runs
+TryUpdateGlobalTime every ``tick``; ``GET /now`` runs it on demand too, with
+concurrent requests coalesced (:mod:`timesvc.coalesce`). Both go through the
+same coalescer, so a tick and a burst of requests never cost more than one
+store round trip at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated
+
+import structlog
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel, Field
+
+from lockclient.errors import ChronolockError, StoreError, StoreUnavailable
+from lockclient.globaltime import GlobalTimeUpdater, UpdateResult, wall_clock_us
+from lockclient.store import CellStore
+from timesvc.coalesce import Coalescer
+from timesvc.settings import TimesvcSettings
+
+__all__ = ["NowResponse", "TimeService", "create_app"]
+
+log = structlog.get_logger("timesvc")
+
+
+class NowResponse(BaseModel):
+    now_us: int = Field(description="global time, µs since the epoch; never smaller than any value handed out before")
+    replica: str = Field(description="the replica that answered")
+
+
+class ReadyResponse(BaseModel):
+    ready: bool
+    reasons: list[str] = Field(default_factory=list)
+
+
+class StatusResponse(BaseModel):
+    replica: str
+    store: str
+    ready: bool
+    runaway: bool = Field(description="the local wall clock is ahead of global time by more than max_skew")
+    local_offset_us: int | None = Field(description="local wall clock minus global time at the last tick")
+    global_us: int | None = Field(description="global time at the last successful tick")
+    last_publisher: str = Field(description="replica that last wrote GlobalTime, as last seen")
+    last_tick_at: datetime | None
+    last_tick_ok: bool | None
+    last_error: str | None
+    ticks: int
+    failed_ticks: int
+    rejected_ticks: int = Field(description="ticks whose local clock was rejected as runaway")
+    store_round_trips: int
+    tick_s: float
+    max_skew_s: float
+
+
+class Metrics:
+    """Prometheus metrics of one app instance (its own registry, so several apps can share a process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.now_requests = Counter("timesvc_now_requests", "GET /now requests by outcome", ["outcome"], registry=r)
+        self.now_latency = Histogram(
+            "timesvc_now_latency_seconds",
+            "GET /now latency",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.round_trips = Counter("timesvc_store_round_trips", "TryUpdateGlobalTime runs against the store", registry=r)
+        self.ticks = Counter("timesvc_ticks", "scheduled ticks by outcome", ["outcome"], registry=r)
+        self.rejected_ticks = Counter("timesvc_rejected_ticks", "ticks whose local clock was runaway", registry=r)
+        self.clock_offset = Gauge("timesvc_clock_offset_seconds", "local wall clock minus global time", registry=r)
+        self.runaway = Gauge("timesvc_runaway", "1 when the local clock is rejected as runaway", registry=r)
+        self.global_time = Gauge("timesvc_global_time_seconds", "global time at the last update", registry=r)
+        self.ready = Gauge("timesvc_ready", "1 when /readyz answers 200", registry=r)
+
+
+@dataclass
+class _TickState:
+    at: datetime | None = None
+    ok: bool | None = None
+    ok_monotonic: float | None = None
+    error: str | None = None
+    ticks: int = 0
+    failed: int = 0
+    rejected: int = 0
+    last: UpdateResult | None = None
+
+
+class TimeService:
+    """One replica: the store, the updater, the coalescer, and what /status reports."""
+
+    def __init__(
+        self,
+        settings: TimesvcSettings,
+        *,
+        store: CellStore | None = None,
+        wall_us: Callable[[], int] = wall_clock_us,
+        monotonic_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self._store = store
+        self._owns_store = store is None
+        self._wall_us = wall_us
+        self._monotonic_ns = monotonic_ns
+        self._updater: GlobalTimeUpdater | None = None
+        self._state = _TickState()
+        self._open_lock = asyncio.Lock()
+        self.coalescer: Coalescer[UpdateResult] = Coalescer(self._round_trip)
+
+    # -- store and updater -------------------------------------------------------------
+
+    async def _updater_ready(self) -> GlobalTimeUpdater:
+        if self._updater is not None:
+            return self._updater
+        async with self._open_lock:
+            if self._updater is None:
+                if self._store is None:
+                    self._store = await asyncio.to_thread(self.settings.open_store)
+                    log.info("store_opened", store=self._store.url)
+                self._updater = GlobalTimeUpdater(
+                    self._store,
+                    replica_id=self.settings.replica_id,
+                    max_skew=self.settings.max_skew,
+                    # Nobody else published a trusted value for 4 ticks: we are alone (globaltime.py).
+                    stale_after=max(4 * self.settings.tick, 1.0),
+                    wall_us=self._wall_us,
+                    monotonic_ns=self._monotonic_ns,
+                )
+        return self._updater
+
+    async def _round_trip(self) -> UpdateResult:
+        updater = await self._updater_ready()
+        self.metrics.round_trips.inc()
+        result = await asyncio.to_thread(updater.update)
+        self._record(result)
+        return result
+
+    def _record(self, result: UpdateResult) -> None:
+        self._state.last = result
+        offset = result.local_us - result.now_us
+        self.metrics.clock_offset.set(offset / 1e6)
+        self.metrics.global_time.set(result.now_us / 1e6)
+        self.metrics.runaway.set(1 if result.runaway else 0)
+
+    async def now(self) -> UpdateResult:
+        """A global time >= every value any replica handed out before this call."""
+        return await self.coalescer()
+
+    async def tick(self) -> None:
+        """The scheduled TryUpdateGlobalTime run."""
+        state = self._state
+        state.ticks += 1
+        state.at = datetime.now(UTC)
+        try:
+            result = await self.coalescer()
+        except ChronolockError as exc:
+            state.ok, state.error = False, str(exc)
+            state.failed += 1
+            self.metrics.ticks.labels("error").inc()
+            log.warning("tick_failed", error=str(exc), error_type=type(exc).__name__)
+        else:
+            if state.ok is False:
+                log.info("tick_recovered")
+            state.ok, state.error = True, None
+            state.ok_monotonic = time.monotonic()
+            self.metrics.ticks.labels("ok").inc()
+            if result.runaway:
+                state.rejected += 1
+                self.metrics.rejected_ticks.inc()
+        self.metrics.ready.set(1 if self.readiness()[0] else 0)
+
+    # -- health ----------------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        reasons: list[str] = []
+        state = self._state
+        if state.ok is None:
+            reasons.append("no tick has completed yet")
+        elif not state.ok:
+            reasons.append(f"store unavailable: {state.error}")
+        elif state.ok_monotonic is not None and time.monotonic() - state.ok_monotonic > 3 * self.settings.tick + 5:
+            reasons.append("no successful tick recently")
+        if self._updater is not None and self._updater.runaway:
+            reasons.append(
+                f"local clock runaway: more than {self.settings.max_skew}s ahead of observed global time"
+            )
+        return (not reasons, reasons)
+
+    def status(self) -> StatusResponse:
+        state = self._state
+        last = state.last
+        ready, _ = self.readiness()
+        return StatusResponse(
+            replica=self.settings.replica_id,
+            store=self._store.url if self._store is not None else self.settings.store_url.split("@")[-1],
+            ready=ready,
+            runaway=bool(last and last.runaway),
+            local_offset_us=None if last is None else last.local_us - last.now_us,
+            global_us=None if last is None else last.now_us,
+            last_publisher=self._updater.last_publisher if self._updater else "",
+            last_tick_at=state.at,
+            last_tick_ok=state.ok,
+            last_error=state.error,
+            ticks=state.ticks,
+            failed_ticks=state.failed,
+            rejected_ticks=state.rejected,
+            store_round_trips=self.coalescer.round_trips,
+            tick_s=self.settings.tick,
+            max_skew_s=self.settings.max_skew,
+        )
+
+    def close(self) -> None:
+        if self._owns_store and self._store is not None:
+            self._store.close()
+
+
+def _service(request: Request) -> TimeService:
+    service: TimeService = request.app.state.service
+    return service
+
+
+ServiceDep = Annotated[TimeService, Depends(_service)]
+
+
+def create_app(
+    settings: TimesvcSettings | None = None,
+    *,
+    store: CellStore | None = None,
+    wall_us: Callable[[], int] = wall_clock_us,
+    monotonic_ns: Callable[[], int] = time.monotonic_ns,
+) -> FastAPI:
+    """Build a timesvc app. Nothing is opened until the app starts (lifespan)."""
+    settings = settings or TimesvcSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service = TimeService(settings, store=store, wall_us=wall_us, monotonic_ns=monotonic_ns)
+        app.state.service = service
+        scheduler = AsyncIOScheduler()
+        scheduler.add_job(
+            service.tick,
+            "interval",
+            seconds=settings.tick,
+            id="try_update_global_time",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(UTC),
+        )
+        scheduler.start()
+        log.info(
+            "timesvc_started", replica=settings.replica_id, tick_s=settings.tick, max_skew_s=settings.max_skew
+        )
+        try:
+            yield
+        finally:
+            scheduler.shutdown(wait=False)
+            await asyncio.to_thread(service.close)
+            log.info("timesvc_stopped", replica=settings.replica_id)
+
+    app = FastAPI(
+        title="chronolock timesvc",
+        summary="Monotonic global time for fair distributed locks",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, exc: StoreError) -> JSONResponse:
+        kind = "unavailable" if isinstance(exc, StoreUnavailable) else "failed"
+        return JSONResponse(
+            status_code=503,
+            content={"detail": f"global time unavailable: the store {kind}: {exc}"},
+            headers={"Cache-Control": "no-store", "Retry-After": "1"},
+        )
+
+    @app.get("/now", response_model=NowResponse, summary="Current global time")
+    async def now(service: ServiceDep, response: Response) -> NowResponse:
+        started = time.perf_counter()
+        try:
+            result = await service.now()
+        except ChronolockError:
+            service.metrics.now_requests.labels("error").inc()
+            raise
+        service.metrics.now_requests.labels("ok").inc()
+        service.metrics.now_latency.observe(time.perf_counter() - started)
+        response.headers["Cache-Control"] = "no-store"
+        return NowResponse(now_us=result.now_us, replica=settings.replica_id)
+
+    @app.get("/healthz", summary="The process is alive")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", response_model=ReadyResponse, summary="Store reachable and clock not runaway")
+    async def readyz(service: ServiceDep, response: Response) -> ReadyResponse:
+        ready, reasons = service.readiness()
+        response.status_code = 200 if ready else 503
+        return ReadyResponse(ready=ready, reasons=reasons)
+
+    @app.get("/status", response_model=StatusResponse, summary="Clock offset, last tick, rejected ticks")
+    async def status(service: ServiceDep) -> StatusResponse:
+        return service.status()
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    async def metrics(service: ServiceDep) -> Response:
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
