@@ -48,8 +48,7 @@ class _Floor:
 
     def apply(self, value: int) -> int:
         with self._lock:
-            if value > self._value:
-                self._value = value
+            self._value = max(self._value, value)
             return self._value
 
 
@@ -83,7 +82,9 @@ class TimeServiceClock:
     :class:`~lockclient.errors.TimeServiceUnavailable` only when every replica failed.
     """
 
-    def __init__(self, urls: str | Sequence[str], *, timeout: float = 2.0, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self, urls: str | Sequence[str], *, timeout: float = 2.0, transport: httpx.BaseTransport | None = None
+    ):
         if timeout <= 0:
             raise ConfigurationError(f"timeout must be positive, got {timeout}")
         self.urls = parse_timesvc_urls(urls)

@@ -53,8 +53,8 @@ from lockclient.store import CellStore, Table
 __all__ = [
     "GLOBAL_TIME_COLUMN",
     "GLOBAL_TIME_ROW",
-    "GlobalTimeUpdater",
     "GlobalTimeReading",
+    "GlobalTimeUpdater",
     "UpdateResult",
     "read_global_time",
     "wall_clock_us",
@@ -223,7 +223,9 @@ class GlobalTimeUpdater:
             moved = self._last_read_us is None or reading.value_us > self._last_read_us
             if moved and reading.trusted and reading.publisher != self._replica_id:
                 self._trusted_foreign_at_ns = read_done
-            self._last_read_us = reading.value_us if self._last_read_us is None else max(reading.value_us, self._last_read_us)
+            self._last_read_us = (
+                reading.value_us if self._last_read_us is None else max(reading.value_us, self._last_read_us)
+            )
 
         estimate: int | None = None
         if self._observed_us is not None:

@@ -8,12 +8,15 @@ that the manifests provide exactly what each settings class reads.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockclient.store.url import parse_store_url
+
+if TYPE_CHECKING:
+    from lockclient.store.base import CellStore
 
 __all__ = ["ClientSettings", "LoggingSettings", "StoreSettings", "env_names", "settings_help"]
 
@@ -47,7 +50,8 @@ class StoreSettings(BaseSettings):
         parse_store_url(value)  # raises ConfigurationError with a clear message
         return value
 
-    def open_store(self):  # type: ignore[no-untyped-def]  # noqa: ANN201 - returns CellStore; avoids import cycle
+    def open_store(self) -> CellStore:
+        """Open the configured store."""
         from lockclient.store import open_store
 
         password = self.cassandra_password.get_secret_value() if self.cassandra_password else None

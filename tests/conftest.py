@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from tests.support.cassandra_node import LocalCassandraNode
 
 
-
 @pytest.fixture(scope="session")
 def local_cassandra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCassandraNode]:
     """One real Cassandra 1.2.0 node for the whole test session (shared/cassandra-local.md)."""

@@ -77,7 +77,9 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
-        self.round_trips = Counter("timesvc_store_round_trips", "TryUpdateGlobalTime runs against the store", registry=r)
+        self.round_trips = Counter(
+            "timesvc_store_round_trips", "TryUpdateGlobalTime runs against the store", registry=r
+        )
         self.ticks = Counter("timesvc_ticks", "scheduled ticks by outcome", ["outcome"], registry=r)
         self.rejected_ticks = Counter("timesvc_rejected_ticks", "ticks whose local clock was runaway", registry=r)
         self.clock_offset = Gauge("timesvc_clock_offset_seconds", "local wall clock minus global time", registry=r)
@@ -127,11 +129,12 @@ class TimeService:
             return self._updater
         async with self._open_lock:
             if self._updater is None:
-                if self._store is None:
-                    self._store = await asyncio.to_thread(self.settings.open_store)
-                    log.info("store_opened", store=self._store.url)
+                store = self._store
+                if store is None:
+                    store = self._store = await asyncio.to_thread(self.settings.open_store)
+                    log.info("store_opened", store=store.url)
                 self._updater = GlobalTimeUpdater(
-                    self._store,
+                    store,
                     replica_id=self.settings.replica_id,
                     max_skew=self.settings.max_skew,
                     # Nobody else published a trusted value for 4 ticks: we are alone (globaltime.py).
@@ -194,9 +197,7 @@ class TimeService:
         elif state.ok_monotonic is not None and time.monotonic() - state.ok_monotonic > 3 * self.settings.tick + 5:
             reasons.append("no successful tick recently")
         if self._updater is not None and self._updater.runaway:
-            reasons.append(
-                f"local clock runaway: more than {self.settings.max_skew}s ahead of observed global time"
-            )
+            reasons.append(f"local clock runaway: more than {self.settings.max_skew}s ahead of observed global time")
         return (not reasons, reasons)
 
     def status(self) -> StatusResponse:
@@ -260,9 +261,7 @@ def create_app(
             next_run_time=datetime.now(UTC),
         )
         scheduler.start()
-        log.info(
-            "timesvc_started", replica=settings.replica_id, tick_s=settings.tick, max_skew_s=settings.max_skew
-        )
+        log.info("timesvc_started", replica=settings.replica_id, tick_s=settings.tick, max_skew_s=settings.max_skew)
         try:
             yield
         finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import typer
 import uvicorn
 
@@ -26,7 +28,7 @@ def serve() -> None:
             port=settings.port,
             log_config=None,
             access_log=False,
-            timeout_graceful_shutdown=settings.shutdown_grace,
+            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace),
         )
     )
     server.run()

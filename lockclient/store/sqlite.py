@@ -23,6 +23,7 @@ reading, so the check and the write are one serializable step.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -119,7 +120,9 @@ class SQLiteStore(CellStore):
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             # isolation_level=None: autocommit; transactions only where we BEGIN them.
-            conn = sqlite3.connect(self._path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                self._path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+            )
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             # NORMAL is durable across process crashes in WAL mode (only an OS crash
@@ -211,9 +214,7 @@ class SQLiteStore(CellStore):
             with self._transaction(conn):
                 current: dict[str, str | None] = {}
                 for col in expected:
-                    found = conn.execute(
-                        "SELECT value FROM versioned WHERE row = ? AND col = ?", (row, col)
-                    ).fetchone()
+                    found = conn.execute("SELECT value FROM versioned WHERE row = ? AND col = ?", (row, col)).fetchone()
                     current[col] = None if found is None else found[0]
                 if any(current[col] != want for col, want in expected.items()):
                     return CasResult(applied=False, current=current)
@@ -250,7 +251,5 @@ class SQLiteStore(CellStore):
         with self._connections_lock:
             connections, self._connections = self._connections, []
         for conn in connections:
-            try:
+            with contextlib.suppress(sqlite3.Error):  # closing a broken connection
                 conn.close()
-            except sqlite3.Error:  # pragma: no cover - closing a broken connection
-                pass

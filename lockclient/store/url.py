@@ -31,7 +31,11 @@ class StoreUrl:
         query = "&".join(f"{k}={v}" for k, v in sorted(self.options.items()))
         suffix = f"?{query}" if query else ""
         if self.scheme == "sqlite":
-            return f"sqlite:///{self.path.lstrip('/')}{suffix}" if self.path.startswith("/") else f"sqlite:///{self.path}{suffix}"
+            return (
+                f"sqlite:///{self.path.lstrip('/')}{suffix}"
+                if self.path.startswith("/")
+                else f"sqlite:///{self.path}{suffix}"
+            )
         port = f":{self.port}" if self.port else ""
         return f"cassandra://{','.join(self.hosts)}{port}/{self.path}{suffix}"
 
@@ -112,4 +116,5 @@ def open_store(url: str | StoreUrl, *, username: str | None = None, password: st
         raise ConfigurationError(
             "the Cassandra store needs cassandra-driver: pip install 'chronolock[cassandra]'"
         ) from exc
-    return CassandraStore.from_url(parsed, username=username, password=password)
+    store: CellStore = CassandraStore.from_url(parsed, username=username, password=password)
+    return store

@@ -255,8 +255,18 @@ def test_cas_is_linearizable_under_racing_processes(store: CellStore, store_url:
 
 @pytest.mark.parametrize(
     "url",
-    ["", "cells.db", "redis://x/0", "sqlite://relative.db", "sqlite:///", "cassandra:///ks", "cassandra://h:x/ks",
-     "cassandra://h:9042/", "cassandra://h/bad-keyspace", "cassandra://h:70000/ks"],
+    [
+        "",
+        "cells.db",
+        "redis://x/0",
+        "sqlite://relative.db",
+        "sqlite:///",
+        "cassandra:///ks",
+        "cassandra://h:x/ks",
+        "cassandra://h:9042/",
+        "cassandra://h/bad-keyspace",
+        "cassandra://h:70000/ks",
+    ],
 )
 def test_bad_store_urls_are_clear_configuration_errors(url: str) -> None:
     with pytest.raises(ConfigurationError):

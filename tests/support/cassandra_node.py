@@ -257,4 +257,3 @@ class LocalCassandraNode:
 def ensure_keyspace(url: str) -> None:
     """Create the keyspace and tables a (modern) Cassandra store URL names, if missing."""
     create_schema(url, replication_factor=1)
-

@@ -1,4 +1,4 @@
-"""timesvc invariants with real replica processes on one store (DESIGN.md §4, §7.2–7.3)."""
+"""timesvc invariants with real replica processes on one store (DESIGN.md §4, §7.2-7.3)."""
 
 from __future__ import annotations
 

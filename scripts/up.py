@@ -1,0 +1,106 @@
+"""`make up`: the local stack on the embedded SQLite store, in the foreground.
+
+Starts three timesvc replicas (and leasewatch, once it exists) on one SQLite file,
+prints where they listen, and stops everything cleanly on Ctrl-C / SIGTERM.
+Ports: CHRONOLOCK_UP_PORT (default 8701) and the next ones.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+STATE = ROOT / ".chronolock"
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def main() -> int:
+    STATE.mkdir(exist_ok=True)
+    store_url = os.environ.get("CHRONOLOCK_STORE_URL", f"sqlite:///{STATE / 'cells.db'}")
+    base = int(os.environ.get("CHRONOLOCK_UP_PORT", "8701"))
+    plan: list[tuple[str, list[str], dict[str, str], int]] = []
+    for i in range(3):
+        port = base + i
+        env = {"TIMESVC_PORT": str(port), "TIMESVC_REPLICA_ID": f"timesvc-{i + 1}", "TIMESVC_LOG_FORMAT": "console"}
+        plan.append((f"timesvc-{i + 1}", [str(BIN / "timesvc"), "serve"], env, port))
+    busy = [port for *_, port in plan if not port_is_free(port)]
+    if busy:
+        print(f"ports {busy} are in use; set CHRONOLOCK_UP_PORT to another base port", file=sys.stderr)
+        return 1
+
+    children: list[tuple[str, subprocess.Popen[bytes], int]] = []
+    logs = STATE / "logs"
+    logs.mkdir(exist_ok=True)
+
+    def stop(*_: object) -> None:
+        for _, proc, _ in children:
+            if proc.poll() is None:
+                proc.terminate()
+        for name, proc, _ in children:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                print(f"{name} did not stop in 10 s; killing it", file=sys.stderr)
+                proc.kill()
+
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        for name, command, extra, port in plan:
+            env = {**os.environ, "CHRONOLOCK_STORE_URL": store_url, **extra}
+            log = (logs / f"{name}.log").open("ab")
+            children.append((name, subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), port))
+        deadline = time.monotonic() + 30
+        for name, proc, port in children:
+            while True:
+                if proc.poll() is not None:
+                    print(f"{name} exited; see {logs / (name + '.log')}", file=sys.stderr)
+                    stop()
+                    return 1
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    print(f"{name} not ready after 30 s; see {logs / (name + '.log')}", file=sys.stderr)
+                    stop()
+                    return 1
+                time.sleep(0.1)
+        print(f"chronolock is up on {store_url}")
+        for name, _, port in children:
+            print(f"  {name:<12} http://127.0.0.1:{port}   (GET /now, /status, /metrics, /docs)")
+        urls = ",".join(f"http://127.0.0.1:{port}" for name, _, port in children if name.startswith("timesvc"))
+        print(f"\nfor clients:  export CHRONOLOCK_STORE_URL={store_url}")
+        print(f"              export CHRONOLOCK_TIMESVC_URLS={urls}")
+        print(f"logs in {logs}; Ctrl-C stops everything")
+        while all(proc.poll() is None for _, proc, _ in children):
+            time.sleep(0.5)
+        dead = [name for name, proc, _ in children if proc.poll() is not None]
+        print(f"{', '.join(dead)} exited unexpectedly; stopping the rest", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping…")
+        return 0
+    finally:
+        stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
