@@ -17,15 +17,15 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import httpx
-import structlog
 
 from lockclient.errors import ChronolockError, ConfigurationError, StoreError, TimeServiceUnavailable
 from lockclient.globaltime import GlobalTimeUpdater
+from lockclient.logs import get_logger
 from lockclient.store import CellStore
 
 __all__ = ["AsyncTimeServiceClock", "GlobalClock", "StoreClock", "TimeServiceClock", "parse_timesvc_urls"]
 
-log = structlog.get_logger("lockclient.clock")
+log = get_logger("lockclient.clock")
 
 
 @runtime_checkable

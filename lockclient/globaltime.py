@@ -45,9 +45,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import structlog
-
 from lockclient.errors import StoreError
+from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table
 
 __all__ = [
@@ -64,7 +63,7 @@ GLOBAL_TIME_ROW = "GlobalTime"
 GLOBAL_TIME_COLUMN = "value"
 SOURCE_COLUMN = "source"
 
-log = structlog.get_logger("lockclient.globaltime")
+log = get_logger("lockclient.globaltime")
 
 
 def wall_clock_us() -> int:

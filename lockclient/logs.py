@@ -7,7 +7,7 @@ import sys
 
 import structlog
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "get_logger"]
 
 
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
@@ -40,3 +40,22 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     root.setLevel(level.upper())
     for noisy in ("uvicorn.access", "apscheduler.executors.default", "apscheduler.scheduler"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    """A structured logger that goes through the standard library's ``logging``.
+
+    A library must not print on its own: records go to ``logging.getLogger(name)``, so an
+    application decides levels and handlers (unconfigured, Python shows warnings and
+    above on stderr). :func:`configure_logging` renders them as JSON lines.
+    """
+    logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
+        logging.getLogger(name),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.contextvars.merge_contextvars,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+    )
+    return logger

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
 
-import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -26,13 +25,14 @@ from pydantic import BaseModel, Field
 
 from lockclient.errors import ChronolockError, StoreError, StoreUnavailable
 from lockclient.globaltime import GlobalTimeUpdater, UpdateResult, wall_clock_us
+from lockclient.logs import get_logger
 from lockclient.store import CellStore
 from timesvc.coalesce import Coalescer
 from timesvc.settings import TimesvcSettings
 
 __all__ = ["NowResponse", "TimeService", "create_app"]
 
-log = structlog.get_logger("timesvc")
+log = get_logger("timesvc")
 
 
 class NowResponse(BaseModel):

@@ -53,6 +53,9 @@ class Table(enum.StrEnum):
     """Row per lock id; columns are tickets (20-digit µs + owner)."""
     OWNER = "lock_owner"
     """Row per lock id ("main row"); columns are owners."""
+    WATERMARK = "lock_watermark"
+    """Row per lock id, one cell: a ticket time below which the queue row holds only tombstones.
+    A max-register like GlobalTime (value == timestamp), so it never moves back."""
     INDEX = "lock_index"
     """Row per shard; columns are lock ids with live state, for leasewatch's scan."""
     BACKOFF_MAIN = "backoff_main"

@@ -9,6 +9,7 @@ Cassandra in every run.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import re
@@ -117,6 +118,7 @@ class LocalCassandraNode:
             *(arg for pkg in _JAVA_EXPORTS for arg in ("--add-exports", f"java.base/{pkg}=ALL-UNNAMED")),
             *(arg for pkg in _JAVA_OPENS for arg in ("--add-opens", f"java.base/{pkg}=ALL-UNNAMED")),
             f"-Dcassandra.config={config.as_uri()}",
+            f"-Dlog4j.configuration={self._write_log4j().as_uri()}",
             "-Dcassandra-foreground=yes",
             "-cp",
             str(jar),
@@ -132,6 +134,8 @@ class LocalCassandraNode:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C in the terminal is handled by stop(), not by the JVM
         )
+        # Belt and braces: if the test process exits without stop(), still end our JVM.
+        atexit.register(self.stop)
         try:
             self._wait_until_ready()
         except BaseException:
@@ -141,6 +145,7 @@ class LocalCassandraNode:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the JVM this object started (and only it). Idempotent."""
         process, self._process = self._process, None
+        atexit.unregister(self.stop)
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
@@ -197,6 +202,18 @@ class LocalCassandraNode:
         config = self.workdir / "cassandra.yaml"
         config.write_text(text, encoding="utf-8")
         return config
+
+    def _write_log4j(self) -> Path:
+        """The jar ships no log4j configuration: without one the node logs nothing at all."""
+        path = self.workdir / "log4j.properties"
+        path.write_text(
+            "log4j.rootLogger=INFO,stdout\n"
+            "log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
+            "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.stdout.layout.ConversionPattern=%5p [%t] %d{ISO8601} %F:%L %m%n\n",
+            encoding="utf-8",
+        )
+        return path
 
     def _log_tail(self, lines: int = 40) -> str:
         try:

@@ -1,0 +1,58 @@
+"""Lock ids, owners and tickets (DESIGN.md §5, thesis listing 5)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import unicodedata
+
+from lockclient.errors import InvalidLockId
+
+__all__ = ["MAX_LOCK_ID_BYTES", "TICKET_DIGITS", "make_owner", "make_ticket", "ticket_time", "validate_lock_id"]
+
+MAX_LOCK_ID_BYTES = 256
+TICKET_DIGITS = 20
+_HOST = socket.gethostname().replace(":", "_")[:40] or "host"
+
+
+def validate_lock_id(lock_id: object) -> str:
+    """Non-empty text, at most 256 bytes of UTF-8, no control characters. Checked before any store access."""
+    if not isinstance(lock_id, str):
+        raise InvalidLockId(f"lock id must be a string, not {type(lock_id).__name__}")
+    if not lock_id:
+        raise InvalidLockId("lock id must not be empty")
+    try:
+        size = len(lock_id.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # lone surrogates
+        raise InvalidLockId("lock id is not valid Unicode text", lock_id=repr(lock_id)) from exc
+    if size > MAX_LOCK_ID_BYTES:
+        raise InvalidLockId(f"lock id is {size} bytes of UTF-8; the limit is {MAX_LOCK_ID_BYTES}")
+    for ch in lock_id:
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            raise InvalidLockId(f"lock id contains control character U+{ord(ch):04X}", lock_id=repr(lock_id))
+    return lock_id
+
+
+def make_owner(task: str | None = None) -> str:
+    """A fresh owner id, unique per acquisition attempt and readable: host, pid, thread (or task), random.
+
+    Uniqueness per attempt matters: a write whose reply was lost is recognised as ours on
+    re-read (the kazoo idiom), and a retried attempt never mistakes an old cell for its own.
+    """
+    who = task or threading.current_thread().name
+    who = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in who)[:32]
+    return f"{_HOST}.{os.getpid()}.{who}.{secrets.token_hex(4)}"
+
+
+def make_ticket(time_us: int, owner: str) -> str:
+    """Queue column name: 20-digit zero-padded global µs, then the owner (ties broken by owner)."""
+    if time_us < 0 or time_us >= 10**TICKET_DIGITS:
+        raise ValueError(f"ticket time {time_us} out of range")
+    return f"{time_us:0{TICKET_DIGITS}d}{owner}"
+
+
+def ticket_time(ticket: str) -> int:
+    """The global µs a ticket was taken at."""
+    return int(ticket[:TICKET_DIGITS])

@@ -1,0 +1,24 @@
+"""Client-side Prometheus metrics, in the process's default registry (the library convention:
+the application exposes them with its own /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+__all__ = ["ACQUIRE_SECONDS", "LOCKS_LOST", "RENEWALS", "STORE_OPS", "STORE_OPS_PER_ACQUISITION"]
+
+ACQUIRE_SECONDS = Histogram(
+    "chronolock_client_acquire_seconds",
+    "time from get_lock/try_get_lock call to outcome",
+    ["algorithm", "outcome"],
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+STORE_OPS = Counter("chronolock_client_store_ops", "store operations issued by the lock client", ["op"])
+STORE_OPS_PER_ACQUISITION = Histogram(
+    "chronolock_client_store_ops_per_acquisition",
+    "store operations one acquisition attempt needed (the thesis' polling-load complaint)",
+    ["algorithm", "outcome"],
+    buckets=(4, 6, 8, 10, 15, 20, 30, 50, 75, 100, 200, 500, 1000),
+)
+RENEWALS = Counter("chronolock_client_lease_renewals", "lease renewals by outcome", ["outcome"])
+LOCKS_LOST = Counter("chronolock_client_locks_lost", "leases lost (revoked or not renewed in time)")

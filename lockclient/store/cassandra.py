@@ -1,0 +1,604 @@
+"""The Cassandra adapter: the cell store on Apache Cassandra 4.x/5.x through ``cassandra-driver``.
+
+Cassandra's storage model *is* the port (thesis section 2), so the mapping is
+direct: one CQL table per :class:`~lockclient.store.base.Table` with the shape
+``(row text, col text, value text, PRIMARY KEY (row, col))`` — ``row`` is the
+partition, ``col`` the clustering column (ascending, UTF-8 byte order), and
+``value`` the one regular column, whose ``WRITETIME`` is the cell timestamp.
+The schema lives in :mod:`lockclient.store.cassandra_schema`.
+
+Rules this module keeps (see shared/DESIGN.md section 3):
+
+* **Explicit timestamps.** Every last-write-wins mutation carries
+  ``USING TIMESTAMP`` from the caller; the server's reconciliation (higher
+  timestamp wins, tombstone wins ties, larger value wins ties) does the rest.
+* **Explicit consistency** on every statement, through named execution
+  profiles: QUORUM/SERIAL, or LOCAL_QUORUM/LOCAL_SERIAL when the URL names the
+  local datacenter (``?dc=``). The driver's default, LOCAL_ONE, would break the
+  visibility argument of thesis lemma 1 (a write and a later read need
+  overlapping replica sets).
+* **Compare-and-set only through Paxos** on its own table
+  (:data:`~lockclient.store.base.VERSIONED_TABLE`), which is never written
+  any other way: a plain write bypasses Paxos and can be reordered with it.
+* **Errors**: anything the driver raises becomes
+  :class:`~lockclient.errors.StoreUnavailable` (no host, timeouts, not enough
+  replicas) or :class:`~lockclient.errors.StoreError` (everything else), with
+  the driver's exception as ``__cause__``.
+
+Cassandra 1.2 (the only Cassandra that runs on the test machines, see
+shared/cassandra-local.md) is reached through ``?protocol_version=1``. Every
+accommodation for it lives in :class:`_Cql12Dialect`; the modern path
+(:class:`_ModernDialect`) never looks at it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Final
+
+from cassandra import AuthenticationFailed, ConsistencyLevel, OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+from cassandra.connection import ConnectionException
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    FallthroughRetryPolicy,
+    RetryPolicy,
+    RoundRobinPolicy,
+    TokenAwarePolicy,
+)
+from cassandra.query import BatchStatement, BatchType, SimpleStatement, tuple_factory
+
+from lockclient.errors import ConfigurationError, StoreError, StoreUnavailable
+from lockclient.store.base import (
+    VERSIONED_TABLE,
+    CasResult,
+    Cell,
+    CellStore,
+    Table,
+    check_cas_arguments,
+    check_updates_visible,
+    columns_of,
+    validate_limit,
+)
+from lockclient.store.url import StoreUrl, parse_store_url
+
+__all__ = [
+    "DEFAULT_PORT",
+    "DEFAULT_TIMEOUT",
+    "PROFILE_CAS",
+    "PROFILE_SERIAL",
+    "CassandraStore",
+    "connect_cluster",
+    "translate_error",
+]
+
+DEFAULT_PORT: Final = 9042
+DEFAULT_TIMEOUT: Final = 5.0
+"""Seconds per request (URL option ``timeout``); also bounds connecting."""
+
+PROFILE_SERIAL: Final = "chronolock-serial"
+"""Execution profile for linearizable reads of the versioned table (SERIAL / LOCAL_SERIAL)."""
+PROFILE_CAS: Final = "chronolock-cas"
+"""Execution profile for conditional writes: QUORUM commit, SERIAL Paxos, and no driver retries."""
+
+_PAGE_SIZE: Final = 1000
+_CAS_UNSUPPORTED: Final = "compare-and-set needs lightweight transactions (Cassandra 2.0+)"
+_KEYSPACE_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+
+# Errors that mean "the store could not be reached / did not answer in time".
+# Everything else the driver raises (InvalidRequest, SyntaxException, Unauthorized,
+# ReadFailure, ...) is a StoreError.
+_UNAVAILABLE_ERRORS: Final[tuple[type[BaseException], ...]] = (
+    NoHostAvailable,
+    OperationTimedOut,
+    Unavailable,
+    ReadTimeout,
+    WriteTimeout,
+    ConnectionException,
+)
+
+_Params = Sequence[object]
+_Query = tuple[Any, _Params | None]
+"""A driver statement and its parameters (``None`` when already bound)."""
+
+
+def translate_error(exc: BaseException, what: str) -> StoreError:
+    """Map a driver exception to the port's error hierarchy (the caller raises it ``from exc``)."""
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, _UNAVAILABLE_ERRORS):
+        return StoreUnavailable(f"Cassandra unavailable during {what}: {exc}")
+    return StoreError(f"Cassandra failed during {what}: {exc}")
+
+
+def _validated_keyspace(keyspace: str) -> str:
+    if not _KEYSPACE_RE.match(keyspace):
+        raise ConfigurationError(f"Cassandra keyspace {keyspace!r} must be letters, digits and underscores")
+    return keyspace
+
+
+def _int_option(url: StoreUrl, name: str) -> int | None:
+    raw = url.options.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"store URL option {name}={raw!r} is not an integer") from exc
+
+
+# -- dialects ---------------------------------------------------------------------------------
+
+
+class _Dialect(ABC):
+    """How statements are written and executed for one generation of Cassandra."""
+
+    supports_lwt: ClassVar[bool]
+    ddl_if_not_exists: ClassVar[bool]
+    """Whether ``CREATE ... IF NOT EXISTS`` is understood (else "already exists" is caught)."""
+
+    def __init__(self, keyspace: str) -> None:
+        self.keyspace = keyspace
+        self._session: Any = None
+
+    def attach(self, session: Any) -> None:
+        self._session = session
+
+    def table(self, name: str) -> str:
+        return f"{self.keyspace}.{name}"
+
+    @abstractmethod
+    def cluster_options(self, username: str | None, password: str | None) -> dict[str, Any]:
+        """Keyword arguments for :class:`cassandra.cluster.Cluster` (protocol version, auth)."""
+
+    @abstractmethod
+    def profiles(self, dc: str | None, timeout: float) -> dict[object, ExecutionProfile]:
+        """The named execution profiles: every statement runs under one of them."""
+
+    @abstractmethod
+    def put(self, table: str, row: str, column: str, value: str, *, timestamp: int, ttl: int | None) -> _Query: ...
+
+    @abstractmethod
+    def delete(self, table: str, row: str, column: str, timestamp: int) -> _Query: ...
+
+    @abstractmethod
+    def get(self, table: str, row: str, column: str) -> _Query: ...
+
+    @abstractmethod
+    def read_row(self, table: str, row: str, start: str, limit: int | None) -> _Query: ...
+
+
+class _ModernDialect(_Dialect):
+    """Cassandra 4.x/5.x: prepared statements for everything, bind markers for timestamps and TTLs."""
+
+    supports_lwt = True
+    ddl_if_not_exists = True
+
+    def __init__(self, keyspace: str, protocol_version: int | None) -> None:
+        super().__init__(keyspace)
+        self._protocol_version = protocol_version
+        self._prepared: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def cluster_options(self, username: str | None, password: str | None) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self._protocol_version is not None:
+            options["protocol_version"] = self._protocol_version
+        if username is not None:
+            options["auth_provider"] = PlainTextAuthProvider(username=username, password=password or "")
+        return options
+
+    def profiles(self, dc: str | None, timeout: float) -> dict[object, ExecutionProfile]:
+        if dc:
+            quorum, serial = ConsistencyLevel.LOCAL_QUORUM, ConsistencyLevel.LOCAL_SERIAL
+        else:
+            quorum, serial = ConsistencyLevel.QUORUM, ConsistencyLevel.SERIAL
+
+        def balancing() -> TokenAwarePolicy:
+            # Without a dc the policy adopts the datacenter of the first contact point.
+            # Each profile gets its own policy instance (the driver requires it).
+            return TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=dc) if dc else DCAwareRoundRobinPolicy())
+
+        common: dict[str, Any] = {"request_timeout": timeout, "row_factory": tuple_factory}
+        return {
+            # Last-write-wins reads and writes. Writes carry explicit timestamps, so they are
+            # idempotent and the driver's default retry policy may safely resend them.
+            EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                load_balancing_policy=balancing(),
+                retry_policy=RetryPolicy(),
+                consistency_level=quorum,
+                serial_consistency_level=serial,
+                **common,
+            ),
+            # Linearizable reads of the versioned table: a SERIAL read runs a Paxos round,
+            # finishing any proposal that was accepted but not yet committed.
+            PROFILE_SERIAL: ExecutionProfile(
+                load_balancing_policy=balancing(),
+                retry_policy=RetryPolicy(),
+                consistency_level=serial,
+                **common,
+            ),
+            # Conditional writes. Never retried by the driver: a resent LWT whose first attempt
+            # was in fact applied would see its own result, fail its condition and be reported
+            # as "not applied". Ambiguous failures are resolved by CassandraStore instead.
+            PROFILE_CAS: ExecutionProfile(
+                load_balancing_policy=balancing(),
+                retry_policy=FallthroughRetryPolicy(),
+                consistency_level=quorum,
+                serial_consistency_level=serial,
+                **common,
+            ),
+        }
+
+    def prepare(self, cql: str) -> Any:
+        with self._lock:
+            found = self._prepared.get(cql)
+        if found is not None:
+            return found
+        prepared = self._session.prepare(cql)  # outside the lock: it is a network round trip
+        with self._lock:
+            return self._prepared.setdefault(cql, prepared)
+
+    def put(self, table: str, row: str, column: str, value: str, *, timestamp: int, ttl: int | None) -> _Query:
+        target = self.table(table)
+        if ttl is None:
+            cql = f"INSERT INTO {target} (row, col, value) VALUES (?, ?, ?) USING TIMESTAMP ?"
+            return self.prepare(cql).bind((row, column, value, timestamp)), None
+        cql = f"INSERT INTO {target} (row, col, value) VALUES (?, ?, ?) USING TIMESTAMP ? AND TTL ?"
+        return self.prepare(cql).bind((row, column, value, timestamp, ttl)), None
+
+    def delete(self, table: str, row: str, column: str, timestamp: int) -> _Query:
+        cql = f"DELETE FROM {self.table(table)} USING TIMESTAMP ? WHERE row = ? AND col = ?"
+        return self.prepare(cql).bind((timestamp, row, column)), None
+
+    def get(self, table: str, row: str, column: str) -> _Query:
+        cql = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = ? AND col = ?"
+        return self.prepare(cql).bind((row, column)), None
+
+    def read_row(self, table: str, row: str, start: str, limit: int | None) -> _Query:
+        base = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = ? AND col >= ?"
+        if limit is None:
+            bound = self.prepare(base).bind((row, start))
+            bound.fetch_size = _PAGE_SIZE  # every page bounded; the result set pages on
+        else:
+            bound = self.prepare(f"{base} LIMIT ?").bind((row, start, limit))
+            bound.fetch_size = min(limit, _PAGE_SIZE)
+        return bound, None
+
+    # -- the versioned table (LWT only) ----------------------------------------------------
+
+    def read_versioned(self, row: str) -> _Query:
+        bound = self.prepare(f"SELECT col, value FROM {self.table(VERSIONED_TABLE)} WHERE row = ?").bind((row,))
+        # A lease row holds a handful of cells: one unpaged response, which also keeps the
+        # SERIAL read a single Paxos-protected read of the partition.
+        bound.fetch_size = None
+        return bound, None
+
+    def cas_batch(self, row: str, expected: Mapping[str, str | None], updates: Mapping[str, str | None]) -> Any:
+        """One conditional batch on one partition: every column named gets exactly one statement.
+
+        * ``IF value = ?`` with a bound ``null`` means "absent": Cassandra evaluates a
+          condition on a missing row against a null cell (``ColumnCondition.getCell``
+          returns null for a missing row, and ``= null`` holds for a null cell), so one
+          form covers both present and absent expectations. (``INSERT ... IF NOT EXISTS``
+          would do for absent-then-written columns too, but would be a second shape.)
+        * Writing a value: ``UPDATE ... SET value = ? ... IF value = ?``.
+        * Deleting (``None``): ``DELETE ... IF value = ?``.
+        * A column with a condition but no update is *restated*: the statement writes
+          back the expected value (or deletes an expected-absent cell) under the same
+          condition. CQL has no condition-only statement in a batch, and rewriting the
+          expected value changes nothing when the condition holds (which is the only
+          case in which anything is written: the batch is all or nothing).
+        * No ``USING TIMESTAMP``: Cassandra rejects it with ``IF`` (Paxos picks the
+          timestamp from its ballot).
+        """
+        target = self.table(VERSIONED_TABLE)
+        write = self.prepare(f"UPDATE {target} SET value = ? WHERE row = ? AND col = ? IF value = ?")
+        remove = self.prepare(f"DELETE FROM {target} WHERE row = ? AND col = ? IF value = ?")
+        # UNLOGGED: a conditional batch on one partition is applied by one Paxos round;
+        # the batch log plays no part in it.
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for column in columns_of(expected, updates):
+            want = expected[column]
+            new = updates.get(column, want)
+            if new is None:
+                batch.add(remove, (row, column, want))
+            else:
+                batch.add(write, (new, row, column, want))
+        return batch
+
+
+class _Cql12Dialect(_Dialect):
+    """Cassandra 1.2 compatibility (``?protocol_version=1``), used by the local test node only.
+
+    What 1.2 lacks, and what this class does about it:
+
+    * native protocol v1 only, which has no paging and no serial consistency;
+    * consistency SERIAL or LOCAL_ONE makes the node drop the connection: only
+      QUORUM is ever sent (LOCAL_QUORUM would need NetworkTopologyStrategy);
+    * no bind markers for ``USING TIMESTAMP`` / ``TTL`` / ``LIMIT``: they are
+      formatted into the CQL text as integer literals, and the values are passed
+      as parameters (the driver escapes them client-side);
+    * no lightweight transactions: compare-and-set is unsupported
+      (:attr:`supports_lwt` is false, the store raises a clear StoreError);
+    * no ``IF NOT EXISTS`` in DDL (handled in cassandra_schema).
+    """
+
+    supports_lwt = False
+    ddl_if_not_exists = False
+
+    _NO_LIMIT: ClassVar[int] = 2_147_483_647
+    """1.2 applies an implicit LIMIT 10000 and cannot page: an explicit maximum instead."""
+
+    def cluster_options(self, username: str | None, password: str | None) -> dict[str, Any]:
+        options: dict[str, Any] = {"protocol_version": 1}
+        if username is not None:
+            # Protocol v1 takes a callable that returns the credentials map.
+            credentials = {"username": username, "password": password or ""}
+            options["auth_provider"] = lambda _host: credentials
+        return options
+
+    def profiles(self, dc: str | None, timeout: float) -> dict[object, ExecutionProfile]:
+        balancing = DCAwareRoundRobinPolicy(local_dc=dc) if dc else RoundRobinPolicy()
+        return {
+            EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                load_balancing_policy=balancing,
+                retry_policy=RetryPolicy(),
+                consistency_level=ConsistencyLevel.QUORUM,
+                serial_consistency_level=None,
+                request_timeout=timeout,
+                row_factory=tuple_factory,
+            )
+        }
+
+    def put(self, table: str, row: str, column: str, value: str, *, timestamp: int, ttl: int | None) -> _Query:
+        using = f"USING TIMESTAMP {int(timestamp)}" + ("" if ttl is None else f" AND TTL {int(ttl)}")
+        cql = f"INSERT INTO {self.table(table)} (row, col, value) VALUES (%s, %s, %s) {using}"
+        return SimpleStatement(cql), (row, column, value)
+
+    def delete(self, table: str, row: str, column: str, timestamp: int) -> _Query:
+        cql = f"DELETE FROM {self.table(table)} USING TIMESTAMP {int(timestamp)} WHERE row = %s AND col = %s"
+        return SimpleStatement(cql), (row, column)
+
+    def get(self, table: str, row: str, column: str) -> _Query:
+        cql = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = %s AND col = %s"
+        return SimpleStatement(cql), (row, column)
+
+    def read_row(self, table: str, row: str, start: str, limit: int | None) -> _Query:
+        cap = self._NO_LIMIT if limit is None else int(limit)
+        cql = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = %s AND col >= %s LIMIT {cap}"
+        return SimpleStatement(cql), (row, start)
+
+
+# -- connecting ---------------------------------------------------------------------------------
+
+
+def _dialect_for(url: StoreUrl) -> _Dialect:
+    keyspace = _validated_keyspace(url.path)
+    protocol_version = _int_option(url, "protocol_version")
+    if protocol_version == 1:
+        return _Cql12Dialect(keyspace)
+    if protocol_version is not None and protocol_version < 3:
+        # v2 (Cassandra 2.0) has LWT but no serial consistency on batches: unsupported.
+        raise ConfigurationError(f"protocol_version={protocol_version} is not supported: use 1 (Cassandra 1.2) or 3+")
+    return _ModernDialect(keyspace, protocol_version)
+
+
+def connect_cluster(
+    url: StoreUrl | str, *, username: str | None = None, password: str | None = None
+) -> tuple[Any, Any, _Dialect]:
+    """Connect to the cluster a store URL names. Returns ``(cluster, session, dialect)``.
+
+    The session is not bound to the keyspace (statements name it), so this also
+    serves schema creation before the keyspace exists. Raises
+    :class:`StoreUnavailable` when no contact point answers within the timeout.
+    """
+    parsed = url if isinstance(url, StoreUrl) else parse_store_url(url)
+    if parsed.scheme != "cassandra":
+        raise ConfigurationError(f"not a Cassandra store URL: {parsed.redacted()}")
+    dialect = _dialect_for(parsed)
+    timeout = parsed.float_option("timeout", DEFAULT_TIMEOUT)
+    if timeout <= 0:
+        raise ConfigurationError("store URL option timeout must be positive")
+    dc = parsed.options.get("dc") or None
+    user = parsed.username if parsed.username is not None else username
+    secret = parsed.password if parsed.username is not None else password
+    try:
+        cluster = Cluster(
+            contact_points=list(parsed.hosts),
+            port=parsed.port or DEFAULT_PORT,
+            execution_profiles=dialect.profiles(dc, timeout),
+            connect_timeout=timeout,
+            control_connection_timeout=timeout,
+            **dialect.cluster_options(user, secret),
+        )
+    except Exception as exc:
+        raise StoreError(f"cannot configure the Cassandra driver for {parsed.redacted()}: {exc}") from exc
+    try:
+        session = cluster.connect()
+    except Exception as exc:
+        cluster.shutdown()
+        error = translate_error(exc, "connect")
+        if isinstance(exc, NoHostAvailable):
+            causes = list((getattr(exc, "errors", None) or {}).values())
+            if causes and all(isinstance(c, AuthenticationFailed) for c in causes):
+                # Not transient: retrying will not help, so not "unavailable".
+                error = StoreError(f"Cassandra at {parsed.redacted()} rejected the credentials: {exc}")
+            else:
+                error = StoreUnavailable(f"cannot reach Cassandra at {parsed.redacted()}: {exc}")
+        raise error from exc
+    dialect.attach(session)
+    return cluster, session, dialect
+
+
+# -- the store ----------------------------------------------------------------------------------
+
+
+class CassandraStore(CellStore):
+    """:class:`CellStore` on Cassandra. Thread-safe (the driver session is); one per process."""
+
+    def __init__(self, url: StoreUrl, *, username: str | None = None, password: str | None = None) -> None:
+        self._redacted = url.redacted()
+        self._cluster, self._session, self._dialect = connect_cluster(url, username=username, password=password)
+        self.supports_compare_and_set = self._dialect.supports_lwt
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: StoreUrl, *, username: str | None = None, password: str | None = None) -> CassandraStore:
+        return cls(url, username=username, password=password)
+
+    @property
+    def url(self) -> str:
+        return self._redacted
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def _execute(self, query: _Query, what: str, profile: object = EXEC_PROFILE_DEFAULT) -> Any:
+        if self._closed:
+            raise StoreError(f"the Cassandra store {self._redacted} is closed")
+        statement, params = query
+        try:
+            return self._session.execute(statement, params, execution_profile=profile)
+        except Exception as exc:
+            raise translate_error(exc, what) from exc
+
+    def _rows(self, query: _Query, what: str, profile: object = EXEC_PROFILE_DEFAULT) -> list[Any]:
+        result = self._execute(query, what, profile)
+        try:
+            return list(result)  # fetches further pages, if any, page by page
+        except Exception as exc:
+            raise translate_error(exc, what) from exc
+
+    def _statement(self, build: Any, *args: Any, **kwargs: Any) -> _Query:
+        """Build a statement; preparing it is a round trip that can fail like any other."""
+        if self._closed:
+            raise StoreError(f"the Cassandra store {self._redacted} is closed")
+        try:
+            query: _Query = build(*args, **kwargs)
+        except Exception as exc:
+            raise translate_error(exc, "prepare") from exc
+        return query
+
+    # -- last-write-wins tables -------------------------------------------------------------------
+
+    def put(
+        self,
+        table: Table,
+        row: str,
+        column: str,
+        value: str,
+        *,
+        timestamp: int,
+        ttl: float | None = None,
+    ) -> None:
+        seconds: int | None = None
+        if ttl is not None:
+            if ttl <= 0:
+                raise ValueError(f"ttl must be positive, got {ttl}")
+            seconds = math.ceil(ttl)  # Cassandra TTLs are whole seconds >= 1: never expire early
+        query = self._statement(
+            self._dialect.put, str(table), row, column, value, timestamp=int(timestamp), ttl=seconds
+        )
+        self._execute(query, "put")
+
+    def delete(self, table: Table, row: str, column: str, *, timestamp: int) -> None:
+        query = self._statement(self._dialect.delete, str(table), row, column, int(timestamp))
+        self._execute(query, "delete")
+
+    def get(self, table: Table, row: str, column: str) -> Cell | None:
+        query = self._statement(self._dialect.get, str(table), row, column)
+        for col, value, written in self._rows(query, "get"):
+            if value is not None:
+                return Cell(col, value, written)
+        return None
+
+    def read_row(self, table: Table, row: str, *, start: str = "", limit: int | None = None) -> list[Cell]:
+        validate_limit(limit)
+        query = self._statement(self._dialect.read_row, str(table), row, start, limit)
+        return [Cell(col, value, written) for col, value, written in self._rows(query, "read_row") if value is not None]
+
+    # -- the versioned table ----------------------------------------------------------------------
+
+    def _modern(self) -> _ModernDialect:
+        if not isinstance(self._dialect, _ModernDialect):
+            raise StoreError(_CAS_UNSUPPORTED)
+        return self._dialect
+
+    def read_versioned(self, row: str) -> dict[str, str]:
+        dialect = self._modern()
+        query = self._statement(dialect.read_versioned, row)
+        return {col: value for col, value in self._rows(query, "read_versioned", PROFILE_SERIAL) if value is not None}
+
+    def compare_and_set(
+        self,
+        row: str,
+        expected: Mapping[str, str | None],
+        updates: Mapping[str, str | None],
+    ) -> CasResult:
+        check_cas_arguments(expected, updates)
+        dialect = self._modern()
+        columns = columns_of(expected, updates)
+        batch = self._statement(dialect.cas_batch, row, expected, updates)
+        try:
+            result = self._execute((batch, None), "compare_and_set", PROFILE_CAS)
+        except StoreUnavailable as exc:
+            # The outcome is UNKNOWN, not failed (the datastax lwt.rst idiom):
+            # * WriteTimeout, write_type CAS: the Paxos round timed out; the proposal
+            #   may have been accepted by a quorum and will then be committed by the
+            #   next Paxos round on this partition.
+            # * WriteTimeout, write_type SIMPLE: the proposal *was* accepted and only
+            #   the commit timed out; the value is chosen.
+            # * OperationTimedOut / ConnectionException: the client stopped waiting;
+            #   the server may have applied it. Unavailable / NoHostAvailable are
+            #   resolved the same way (Unavailable can also come from the commit step).
+            # A SERIAL read is itself a Paxos round: it completes any accepted but
+            # uncommitted proposal (or, since CASSANDRA-12126 in 3.0.24/3.11.10/4.0,
+            # durably supersedes one only a minority saw) before it reads. So after it,
+            # our write either is visible or will never apply. Callers make every
+            # written value unique, so "our values are there" proves it was ours.
+            return self._resolve_unknown(row, columns, updates, exc)
+        try:
+            applied = bool(result.was_applied)
+            names = list(result.column_names or [])
+            rows = list(result.current_rows)
+        except Exception as exc:
+            raise translate_error(exc, "compare_and_set") from exc
+        if applied:
+            return CasResult(applied=True, current={**expected, **updates})
+        # A failed conditional batch returns [applied]=false plus, for every row the
+        # conditions named that exists, its primary key and current value (batches
+        # always include the key columns). Missing rows are absent from the result.
+        current: dict[str, str | None] = dict.fromkeys(columns)
+        if "col" in names and "value" in names:
+            col_at, value_at = names.index("col"), names.index("value")
+            for found in rows:
+                name = found[col_at]
+                if name in current:
+                    current[name] = found[value_at]
+        return CasResult(applied=False, current=current)
+
+    def _resolve_unknown(
+        self, row: str, columns: Sequence[str], updates: Mapping[str, str | None], cause: StoreUnavailable
+    ) -> CasResult:
+        try:
+            now = self.read_versioned(row)
+        except StoreError as exc:
+            raise StoreUnavailable(
+                f"compare-and-set on {row!r}: outcome unknown ({cause}) and the SERIAL re-read failed: {exc}"
+            ) from exc
+        return CasResult(applied=check_updates_visible(updates, now), current={c: now.get(c) for c in columns})
+
+    # -- housekeeping -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._cluster.shutdown()

@@ -1,0 +1,199 @@
+"""The CQL schema of the Cassandra store, and an idempotent ``create_schema`` (``lockctl schema``).
+
+Every table has the one shape the cell-store port needs::
+
+    CREATE TABLE <ks>.<table> (
+        row   text,   -- partition: a lock id, a shard, "GlobalTime"
+        col   text,   -- clustering column: the cell name (ticket, owner, lock id)
+        value text,   -- the only regular column: WRITETIME(value) is the cell timestamp
+        PRIMARY KEY (row, col)
+    ) WITH CLUSTERING ORDER BY (col ASC)
+
+``value`` must be a regular column, not part of the key: ``WRITETIME()`` works
+only on non-key columns, and the algorithms read cell timestamps.
+
+Why the table options are what they are:
+
+* **Leveled compaction**, not time-window. The queue, owner and index rows are
+  delete-heavy: a ticket lives for one lock hand-over, then becomes a tombstone
+  in the same partition as the live tickets read next. Reads slice those
+  partitions constantly, so what matters is how many SSTables a read touches and
+  how soon tombstones meet the data they shadow; LCS bounds both (about 90 % of
+  a partition's data in one SSTable). Time-window compaction suits append-only,
+  TTL-expiring time series and never compacts across windows, so a tombstone in
+  a newer window could not purge the older window's cells and slices would scan
+  ever more tombstones. The lease table is update-heavy (every renewal rewrites
+  the lease cell), which also favours LCS; the global-time row is one partition
+  overwritten all the time, the same pattern.
+* **gc_grace_seconds** is how long a tombstone is kept before compaction may
+  purge it. A replica that missed a delete learns it from a hint (kept for
+  ``max_hint_window``, 3 h by default) or from repair; if the tombstone is
+  purged elsewhere before either reaches it, the deleted ticket or owner cell
+  comes back to life ("zombie" data — here a phantom waiter or holder). So the
+  value must be no lower than the hint window *and* no lower than the interval
+  between completed repairs. The default here, 10800 s (3 h), equals the default
+  hint window and keeps tombstone scans short on the queue rows; it is only safe
+  if repairs complete at least every 3 h (e.g. incremental repair scheduled by
+  Reaper). With weekly repairs pass ``gc_grace_seconds=864000`` (10 days,
+  Cassandra's default) or more. Values below the hint window are refused.
+* **The LWT table** (``lock_lease``) is never written without ``IF``: plain
+  writes carry a client/coordinator timestamp that bypasses Paxos ballots, so a
+  plain write could be reordered with (or silently lost against) a conditional
+  one. The adapter only ever writes it through conditional batches.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from lockclient.errors import ConfigurationError, StoreError
+from lockclient.store.base import VERSIONED_TABLE, Table
+from lockclient.store.url import StoreUrl, parse_store_url
+
+__all__ = [
+    "DEFAULT_GC_GRACE_SECONDS",
+    "MIN_GC_GRACE_SECONDS",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "create_schema",
+    "replication_map",
+    "schema_statements",
+]
+
+SCHEMA_VERSION: int = 1
+"""Bumped whenever a statement below changes; written into every table's comment."""
+
+TABLES: Final[tuple[str, ...]] = (*(str(t) for t in Table), VERSIONED_TABLE)
+
+MIN_GC_GRACE_SECONDS: Final = 10800
+"""Cassandra's default ``max_hint_window`` (3 h): gc_grace must not be lower (see module docstring)."""
+DEFAULT_GC_GRACE_SECONDS: Final = 10800
+
+_DDL_TIMEOUT: Final = 60.0
+_NAME_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+_STRATEGIES: Final = ("SimpleStrategy", "NetworkTopologyStrategy")
+
+_PURPOSE: Final[dict[str, str]] = {
+    Table.GLOBAL_TIME.value: "global clock row",
+    Table.QUEUE.value: "lock queues: one row per lock, tickets as columns",
+    Table.OWNER.value: "lock owners: one main row per lock",
+    "lock_watermark": "per-lock queue watermark (a max-register)",
+    Table.INDEX.value: "per-shard index of locks with live state",
+    Table.BACKOFF_MAIN.value: "baseline algorithm main row (benchmarks)",
+    Table.BACKOFF_SHADOW.value: "baseline algorithm shadow row (benchmarks)",
+    VERSIONED_TABLE: "lease records and fencing counters; written ONLY with LWT (IF)",
+}
+
+
+def replication_map(
+    *, replication_factor: int = 1, strategy: str = "SimpleStrategy", datacenter: str | None = None
+) -> dict[str, str | int]:
+    """The keyspace replication map for ``SimpleStrategy`` RF=n or ``NetworkTopologyStrategy`` {dc: n}."""
+    if replication_factor < 1:
+        raise ConfigurationError(f"replication_factor must be at least 1, got {replication_factor}")
+    if strategy not in _STRATEGIES:
+        raise ConfigurationError(f"replication strategy {strategy!r} is not one of {', '.join(_STRATEGIES)}")
+    if strategy == "SimpleStrategy":
+        return {"class": strategy, "replication_factor": replication_factor}
+    if not datacenter or not re.fullmatch(r"[A-Za-z0-9_.-]+", datacenter):
+        raise ConfigurationError("NetworkTopologyStrategy needs a datacenter name (letters, digits, _ . -)")
+    return {"class": strategy, datacenter: replication_factor}
+
+
+def _cql_map(mapping: dict[str, str | int]) -> str:
+    items = (f"'{key}': {value if isinstance(value, int) else repr(str(value))}" for key, value in mapping.items())
+    return "{" + ", ".join(items) + "}"
+
+
+def schema_statements(
+    keyspace: str,
+    replication: dict[str, str | int],
+    *,
+    if_not_exists: bool = True,
+    gc_grace_seconds: int = DEFAULT_GC_GRACE_SECONDS,
+) -> list[str]:
+    """The DDL, in order. ``if_not_exists=False`` for Cassandra 1.2, which lacks the clause."""
+    if not _NAME_RE.match(keyspace):
+        raise ConfigurationError(f"Cassandra keyspace {keyspace!r} must be letters, digits and underscores")
+    if gc_grace_seconds < MIN_GC_GRACE_SECONDS:
+        raise ConfigurationError(
+            f"gc_grace_seconds={gc_grace_seconds} is below the hint window ({MIN_GC_GRACE_SECONDS} s): "
+            "deleted lock cells could come back"
+        )
+    guard = " IF NOT EXISTS" if if_not_exists else ""
+    statements = [
+        f"CREATE KEYSPACE{guard} {keyspace} WITH replication = {_cql_map(replication)} AND durable_writes = true"
+    ]
+    for table in TABLES:
+        comment = f"chronolock schema v{SCHEMA_VERSION}: {_PURPOSE.get(table, 'lock state')}"
+        statements.append(
+            f"CREATE TABLE{guard} {keyspace}.{table} ("
+            "row text, col text, value text, PRIMARY KEY (row, col)"
+            ") WITH CLUSTERING ORDER BY (col ASC)"
+            " AND compaction = {'class': 'LeveledCompactionStrategy'}"
+            f" AND gc_grace_seconds = {int(gc_grace_seconds)}"
+            f" AND comment = '{comment}'"
+        )
+    return statements
+
+
+def create_schema(
+    store_url: str | StoreUrl,
+    *,
+    replication_factor: int = 1,
+    strategy: str = "SimpleStrategy",
+    datacenter: str | None = None,
+    username: str | None = None,
+    password: str | None = None,
+    gc_grace_seconds: int = DEFAULT_GC_GRACE_SECONDS,
+) -> list[str]:
+    """Create the keyspace the URL names and every table, if missing. Returns the statements run.
+
+    Idempotent: ``IF NOT EXISTS`` on modern Cassandra; on the 1.2 compatibility
+    path (``?protocol_version=1``) an "already exists" answer is accepted instead.
+    An existing keyspace keeps its replication settings (changing them is an
+    ``ALTER KEYSPACE`` plus a repair — an operator's decision, not a side effect).
+    ``datacenter`` defaults to the URL's ``dc`` option.
+    """
+    from cassandra import AlreadyExists
+
+    from lockclient.store.cassandra import connect_cluster, translate_error
+
+    url = store_url if isinstance(store_url, StoreUrl) else parse_store_url(store_url)
+    replication = replication_map(
+        replication_factor=replication_factor,
+        strategy=strategy,
+        datacenter=datacenter or url.options.get("dc") or None,
+    )
+    cluster, session, dialect = connect_cluster(url, username=username, password=password)
+    legacy = not dialect.ddl_if_not_exists
+    statements = schema_statements(url.path, replication, if_not_exists=not legacy, gc_grace_seconds=gc_grace_seconds)
+    ran: list[str] = []
+    try:
+        for statement in statements:
+            try:
+                # DDL waits for the coordinator to apply it: allow more than one request's timeout.
+                session.execute(statement, timeout=_DDL_TIMEOUT)
+            except AlreadyExists:
+                if not legacy:  # IF NOT EXISTS never answers this; anything else is a real error
+                    raise
+            ran.append(statement)
+        _check_schema_agreement(cluster)
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise translate_error(exc, "create_schema") from exc
+    finally:
+        cluster.shutdown()
+    return ran
+
+
+def _check_schema_agreement(cluster: Any) -> None:
+    """DDL returns once the coordinator applied it; wait until every live node has the schema."""
+    try:
+        agreed = cluster.control_connection.wait_for_schema_agreement()
+    except Exception as exc:
+        raise StoreError(f"schema agreement check failed: {exc}") from exc
+    if not agreed:
+        raise StoreError("schema created, but the nodes did not agree on the schema version in time")

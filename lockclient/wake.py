@@ -1,0 +1,68 @@
+"""Cross-process wake-ups from leasewatch's long-poll ``GET /locks/{id}/wait``.
+
+A waiter that is not at the head of the queue asks leasewatch to answer when
+the queue head or the holder of its lock changes, instead of polling the store.
+Any failure (leasewatch down, slow, misconfigured) degrades to sleeping for the
+back-off the caller asked for — so the lock never depends on leasewatch for
+correctness, only for fewer store reads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+
+from lockclient.logs import get_logger
+
+__all__ = ["LeasewatchWaker"]
+
+log = get_logger("lockclient.wake")
+
+
+class LeasewatchWaker:
+    """Implements :class:`lockclient.locker.Waker` over leasewatch's wait endpoint."""
+
+    def __init__(self, url: str, *, timeout: float = 2.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"leasewatch URL {url!r} must start with http:// or https://")
+        self.url = url.rstrip("/")
+        self._timeout = timeout
+        self._client = httpx.Client(timeout=None)
+        self._failures = 0
+        self._lock = threading.Lock()
+        self.wakeups = 0
+        self.fallbacks = 0
+
+    def wait_for_change(self, lock_id: str, timeout: float) -> None:
+        started = time.monotonic()
+        try:
+            response = self._client.get(
+                f"{self.url}/locks/{_quote(lock_id)}/wait",
+                params={"timeout": f"{timeout:.3f}"},
+                timeout=httpx.Timeout(self._timeout + timeout),
+            )
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            with self._lock:
+                self._failures += 1
+                self.fallbacks += 1
+                if self._failures in (1, 10, 100) or self._failures % 1000 == 0:
+                    log.warning("leasewatch_wait_failed", url=self.url, error=str(exc) or type(exc).__name__)
+            remaining = timeout - (time.monotonic() - started)
+            if remaining > 0:
+                threading.Event().wait(remaining)
+            return
+        with self._lock:
+            self._failures = 0
+            self.wakeups += 1
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _quote(lock_id: str) -> str:
+    from urllib.parse import quote
+
+    return quote(lock_id, safe="")

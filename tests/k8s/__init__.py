@@ -1,0 +1,1 @@
+"""Offline checks of k8s/ and the Dockerfile."""
