@@ -392,7 +392,11 @@ class RemoteLocker:
             metrics.STORE_OPS_PER_ACQUISITION.labels(self.algorithm, outcome).observe(sum(counts.values()))
 
     async def aget_lock(
-        self, lock_id: str, timeout: float | None = None, *, max_hold: float | None = None
+        self,
+        lock_id: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - the twin of get_lock(timeout=...)
+        *,
+        max_hold: float | None = None,
     ) -> RemoteLock:
         """asyncio twin of :meth:`get_lock`. Cancelling the awaiting task cancels the
         acquisition and cleans up. Ownership is the returned object, never the thread."""

@@ -29,7 +29,7 @@ class LeasewatchWaker:
             raise ValueError(f"leasewatch URL {url!r} must start with http:// or https://")
         self.url = url.rstrip("/")
         self._timeout = timeout
-        self._client = httpx.Client(timeout=None)
+        self._client = httpx.Client(timeout=timeout)  # per call: timeout + the long poll
         self._failures = 0
         self._lock = threading.Lock()
         self.wakeups = 0
