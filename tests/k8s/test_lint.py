@@ -67,8 +67,10 @@ def test_dockerfile_shape() -> None:
     for env in ("PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"):
         assert env in final
     assert "'.[server,cassandra]'" in text
-    ignore = (REPO / ".dockerignore").read_text(encoding="utf-8")
-    assert ".venv" not in ignore or "!" in ignore
+    # The build context is an allow-list: everything is excluded, then only what the image needs.
+    ignore = [line.strip() for line in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()]
+    assert "*" in ignore and ignore.index("*") < ignore.index("!pyproject.toml"), ".dockerignore must start from '*'"
+    assert not any(line in ignore for line in ("!.venv", "!.git", "!tests"))
 
 
 # ---- checkov: slow (seconds per run), so one run per target, shared by its tests

@@ -254,7 +254,7 @@ def test_network_policy_flows(rendered: Rendered) -> None:
     for peer_port in (7000, 7001):
         assert _allows_ingress(rendered, "cassandra", cassandra, peer_port)
         assert _allows_egress(rendered, "cassandra", cassandra, peer_port)
-    for store_user in ("timesvc", "leasewatch", "chronolock-schema-v1"):
+    for store_user in ("timesvc", "leasewatch", _job(rendered)["metadata"]["name"]):
         labels = pod_labels(_workload(rendered, store_user))
         assert _allows_egress(rendered, store_user, cassandra, 9042), store_user
         assert _allows_ingress(rendered, "cassandra", labels, 9042), store_user

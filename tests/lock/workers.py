@@ -1,0 +1,66 @@
+"""Contender processes for the lock tests (spawned, so top-level functions only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Literal
+
+from lockclient import FencedResource, RemoteLocker, StaleFencingToken, open_store
+from lockclient.clock import TimeServiceClock
+
+
+def contend(
+    store_url: str,
+    timesvc_urls: str,
+    lock_id: str,
+    k: int,
+    out_dir: str,
+    go_file: str,
+    algorithm: Literal["queue", "backoff"] = "queue",
+    hold: float = 0.001,
+) -> None:
+    """Take `lock_id` k times; inside the critical section record (owner, token, enter, exit)
+    and write through a fenced resource. Writes one JSON history file per process."""
+    store = open_store(store_url)
+    clock = TimeServiceClock(timesvc_urls) if timesvc_urls else None
+    locker = RemoteLocker(
+        store, clock, lease=10, algorithm=algorithm, backoff_owner_wait=0.05, backoff_step=0.005
+    )
+    guard = FencedResource(store, f"resource:{lock_id}")
+    history: list[dict[str, object]] = []
+    # Warm up (first HTTP connection, first SQLite connection) so all contenders start together.
+    locker.clock.now_us()
+    locker.status(lock_id)
+    Path(out_dir, f"ready-{os.getpid()}").touch()
+    go = Path(go_file)
+    while not go.exists():
+        threading.Event().wait(0.005)
+    pause = threading.Event()
+    for _ in range(k):
+        with locker.get_lock(lock_id, timeout=120) as lock:
+            enter = time.monotonic_ns()  # CLOCK_MONOTONIC is system-wide: comparable across processes
+            stale = False
+            try:
+                guard.write(lock.fencing_token, "last_writer", lock.owner)
+            except StaleFencingToken:
+                stale = True
+            pause.wait(hold)
+            exit_ = time.monotonic_ns()
+        history.append(
+            {
+                "pid": os.getpid(),
+                "owner": lock.owner,
+                "token": lock.fencing_token,
+                "enter": enter,
+                "exit": exit_,
+                "ops": lock.store_ops,
+                "stale": stale,
+            }
+        )
+    Path(out_dir, f"history-{os.getpid()}.json").write_text(json.dumps(history))
+    locker.close()
+    store.close()
