@@ -27,9 +27,7 @@ def contend(
     and write through a fenced resource. Writes one JSON history file per process."""
     store = open_store(store_url)
     clock = TimeServiceClock(timesvc_urls) if timesvc_urls else None
-    locker = RemoteLocker(
-        store, clock, lease=10, algorithm=algorithm, backoff_owner_wait=0.05, backoff_step=0.005
-    )
+    locker = RemoteLocker(store, clock, lease=10, algorithm=algorithm, backoff_owner_wait=0.05, backoff_step=0.005)
     guard = FencedResource(store, f"resource:{lock_id}")
     history: list[dict[str, object]] = []
     # Warm up (first HTTP connection, first SQLite connection) so all contenders start together.
