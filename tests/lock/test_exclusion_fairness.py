@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
-from itertools import groupby
+from itertools import groupby, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ def run_contenders(
 
 def assert_mutual_exclusion(history: list[dict[str, Any]], expected: int) -> None:
     assert len(history) == expected, "every acquisition accounted for"
-    for before, after in zip(history, history[1:], strict=False):
+    for before, after in pairwise(history):
         assert before["exit"] < after["enter"], f"overlapping holds: {before} and {after}"
     tokens = [h["token"] for h in history]
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens), "tokens strictly increase in hold order"

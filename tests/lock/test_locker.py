@@ -250,7 +250,7 @@ def test_asyncio_twin_and_cancellation(locker: RemoteLocker, sqlite_url: str) ->
             assert await locker.atry_get_lock("async") is None
             other = other_locker(sqlite_url)
             pending = asyncio.create_task(other.aget_lock("async"))
-            while len(locker.status("async").queue) < 2:
+            while len(locker.status("async").queue) < 2:  # noqa: ASYNC110 - polling the store, not an event
                 await asyncio.sleep(0.01)
             pending.cancel()
             with pytest.raises(asyncio.CancelledError):
