@@ -26,11 +26,13 @@ __all__ = [
     "RESULTS_DIR",
     "Fleet",
     "TimesvcProcess",
+    "cpu_seconds",
     "free_port",
     "machine_info",
     "markdown_table",
     "percentile",
     "rss_kib",
+    "system_busy_seconds",
     "write_results",
 ]
 
@@ -45,16 +47,35 @@ def free_port() -> int:
         return port
 
 
-def rss_kib(pid: int) -> int | None:
-    """VmRSS of a process in KiB (Linux /proc), or None if it is gone."""
+def rss_kib(pid: int, field: str = "VmRSS") -> int | None:
+    """VmRSS (or another /proc status field such as VmHWM, the peak) of a process in KiB, or None."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1])
     except OSError:
         return None
     return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (Linux /proc/<pid>/stat), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    # After the command name: state is field 3, utime 14 and stime 15 (1-based, proc(5)).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def system_busy_seconds() -> float:
+    """CPU seconds all cores spent busy since boot (/proc/stat), to see what else loaded the machine."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal ...: busy = all but idle and iowait.
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -26,6 +26,9 @@ class LeasewatchSettings(StoreSettings, LoggingSettings):
     port: int = Field(default=8710, ge=0, le=65535, description="port to listen on (0 = any free port)")
     scan_interval: float = Field(default=1.0, gt=0, le=60, description="seconds between scans of live leases")
     grace: float = Field(default=2.0, ge=0, description="s a lease may stay unchanged beyond its length")
+    orphan_after: float = Field(
+        default=12.0, gt=0, description="s a queue/owner cell without a lease record may live before it is cleared"
+    )
     admin_token: SecretStr | None = Field(
         default=None, description="bearer token for POST /locks/{id}/revoke; unset = revoke endpoint refuses"
     )

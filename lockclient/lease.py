@@ -212,7 +212,10 @@ class Lease:
             # Another holder's bump raced ours (it can only be an older holder finishing): re-read.
 
     def mark_holding(self) -> None:
+        """From now on this lease belongs to a holder; the next renewal publishes that."""
         self.holding_since = self._monotonic()
+        with self._mutex:
+            self._record = LeaseRecord(self._record.version, self.lease, self.ticket, holding=True)
 
     def end(self) -> None:
         """Stop renewing and delete the record if it is still ours (release). Idempotent."""

@@ -76,7 +76,7 @@ class Waker(Protocol):
     """Cross-process wake-up hook: block until the lock's queue head or holder may have
     changed, or ``timeout`` elapses. leasewatch's ``/locks/{id}/wait`` implements it."""
 
-    def wait_for_change(self, lock_id: str, timeout: float) -> None: ...
+    def wait_for_change(self, lock_id: str, head: str | None, timeout: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +394,7 @@ class RemoteLocker:
     async def aget_lock(
         self,
         lock_id: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - the twin of get_lock(timeout=...)
+        timeout: float | None = None,
         *,
         max_hold: float | None = None,
     ) -> RemoteLock:
@@ -573,8 +573,11 @@ class RemoteLocker:
             self._check_deadline(lock_id, deadline, cancel)
             if deadline is not None:
                 wait = min(wait, max(0.0, deadline - time.monotonic()))
-            if self.waker is not None and position != 0 and wait >= 0.05:
-                self.waker.wait_for_change(lock_id, wait)
+            if self.waker is not None and position != 0:
+                # leasewatch answers when the head or holder changes: wait for that instead of
+                # polling (the back-off only bounds the wait, in case a wake-up is missed).
+                remaining = self.poll_max * 20 if deadline is None else max(0.0, deadline - time.monotonic())
+                self.waker.wait_for_change(lock_id, cells[0].column if cells else None, min(remaining, 5.0))
             else:
                 self._signals.wait(lock_id, seen, wait, cancel)
 

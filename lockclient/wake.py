@@ -35,12 +35,12 @@ class LeasewatchWaker:
         self.wakeups = 0
         self.fallbacks = 0
 
-    def wait_for_change(self, lock_id: str, timeout: float) -> None:
+    def wait_for_change(self, lock_id: str, head: str | None, timeout: float) -> None:
         started = time.monotonic()
         try:
             response = self._client.get(
                 f"{self.url}/locks/{_quote(lock_id)}/wait",
-                params={"timeout": f"{timeout:.3f}"},
+                params={"timeout": f"{max(timeout, 0.001):.3f}", **({"after": head} if head is not None else {})},
                 timeout=httpx.Timeout(self._timeout + timeout),
             )
             response.raise_for_status()

@@ -1,0 +1,40 @@
+"""``python -m bench [all|now|locks] [--quick] [--k K]`` — see bench/README.md."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description="chronolock benchmarks (DESIGN.md §9)")
+    parser.add_argument(
+        "which", nargs="?", default="all", choices=["all", "now", "locks"], help="which benchmark (default: all)"
+    )
+    parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite under ~2 minutes)")
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=None,
+        help="acquisitions per process in the thesis experiment (default 200, --quick 50; the thesis used 5000)",
+    )
+    args = parser.parse_args(argv)
+    if args.k is not None and args.k < 1:
+        parser.error("--k must be at least 1")
+
+    started = time.monotonic()
+    if args.which in ("all", "now"):
+        from bench import now
+
+        now.run(quick=args.quick)
+    if args.which in ("all", "locks"):
+        from bench import locks
+
+        locks.run(quick=args.quick, k=args.k)
+    print(f"[bench] done in {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

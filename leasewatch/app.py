@@ -1,0 +1,425 @@
+"""The leasewatch HTTP service: ``create_app(settings)`` builds a FastAPI app.
+
+The lifespan opens the store, starts the scan job (APScheduler, every
+``scan_interval``) and the store garbage collection job. The API:
+
+* ``GET /locks`` and ``GET /locks/{id}`` — holder, fencing token, queue in order,
+  lease ages *as this watcher observed them*;
+* ``GET /locks/{id}/wait?after=<head ticket>&timeout=<s>`` — long-poll that
+  answers when the queue head or the holder changes. One poller per awaited
+  lock id serves every waiter of it, so N waiters cost the store one read pair
+  per poll instead of N (the thesis' "feedback mechanism" Cassandra lacks);
+* ``POST /locks/{id}/revoke`` — operator revocation, bearer token required;
+* ``/healthz``, ``/readyz``, ``/metrics``, OpenAPI at ``/docs``, and a small page at ``/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Annotated
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
+from fastapi.responses import HTMLResponse, JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel, Field
+
+from leasewatch.settings import LeasewatchSettings
+from leasewatch.watcher import LockView, Revocation, Watcher
+from lockclient.errors import ChronolockError, InvalidLockId, StoreError
+from lockclient.lockid import validate_lock_id
+from lockclient.logs import get_logger
+from lockclient.store import CellStore, Table
+
+__all__ = ["create_app"]
+
+log = get_logger("leasewatch")
+
+WAIT_POLL_S = 0.01
+"""How often the shared poller of an awaited lock reads its head and holder."""
+MAX_WAIT_S = 30.0
+
+
+class LeaseOut(BaseModel):
+    owner: str
+    ticket: str
+    version: int
+    lease_s: float
+    holding: bool
+    observed_age_s: float | None = Field(description="seconds since this watcher saw the record change")
+
+
+class QueueEntryOut(BaseModel):
+    ticket: str
+    owner: str
+    enqueued_at: datetime
+    lease_age_s: float | None
+
+
+class LockOut(BaseModel):
+    lock_id: str
+    holders: list[str]
+    fencing_token: int
+    fencing_owner: str
+    queue: list[QueueEntryOut]
+    leases: list[LeaseOut]
+
+
+class LockSummary(BaseModel):
+    lock_id: str
+    holder: str | None
+    fencing_token: int
+    queue_length: int
+    oldest_lease_age_s: float | None
+
+
+class WaitOut(BaseModel):
+    changed: bool
+    head: str | None
+    holders: list[str]
+
+
+class RevokeOut(BaseModel):
+    lock_id: str
+    revoked: list[str]
+
+
+class RevocationOut(BaseModel):
+    lock_id: str
+    owner: str
+    reason: str
+    unchanged_for_s: float | None
+    at: datetime
+    by: str
+    holder: bool
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.scans = Counter("leasewatch_scans", "scans by outcome", ["outcome"], registry=r)
+        self.scan_seconds = Histogram(
+            "leasewatch_scan_seconds", "duration of one scan", registry=r, buckets=(0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)
+        )
+        self.leases = Gauge("leasewatch_leases_watched", "lease records seen in the last scan", registry=r)
+        self.locks = Gauge("leasewatch_locks_watched", "lock ids with live state in the last scan", registry=r)
+        self.revocations = Counter("leasewatch_revocations", "leases revoked", ["kind"], registry=r)
+        self.orphans = Counter("leasewatch_orphans_cleared", "cells without a lease record removed", registry=r)
+        self.waiters = Gauge("leasewatch_waiters", "long-poll waiters", registry=r)
+        self.wait_polls = Counter("leasewatch_wait_polls", "store read pairs done for waiters", registry=r)
+        self.gc = Counter("leasewatch_gc_purged", "tombstones and expired cells purged by GC", registry=r)
+
+
+@dataclass
+class _Awaited:
+    """One lock id that someone is waiting on, and its single poller."""
+
+    state: tuple[str | None, tuple[str, ...]] | None = None
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    waiters: int = 0
+    task: asyncio.Task[None] | None = None
+
+
+class WaitHub:
+    def __init__(self, store: CellStore, watcher: Watcher, metrics: Metrics) -> None:
+        self.store = store
+        self.watcher = watcher
+        self.metrics = metrics
+        self._locks: dict[str, _Awaited] = {}
+
+    def _read_state(self, lock_id: str) -> tuple[str | None, tuple[str, ...]]:
+        head = self.store.read_row(Table.QUEUE, lock_id, start=self.watcher._queue_start(lock_id), limit=1)
+        holders = self.store.read_row(Table.OWNER, lock_id, limit=2)
+        return (head[0].column if head else None, tuple(c.column for c in holders))
+
+    async def _poll(self, lock_id: str, awaited: _Awaited) -> None:
+        while awaited.waiters > 0:
+            try:
+                state = await asyncio.to_thread(self._read_state, lock_id)
+                self.metrics.wait_polls.inc()
+            except StoreError as exc:
+                log.warning("wait_poll_failed", lock_id=lock_id, error=str(exc))
+                await asyncio.sleep(0.5)
+                continue
+            if state != awaited.state:
+                awaited.state = state
+                async with awaited.changed:
+                    awaited.changed.notify_all()
+            await asyncio.sleep(WAIT_POLL_S)
+        self._locks.pop(lock_id, None)
+
+    async def wait(self, lock_id: str, after: str | None, timeout: float) -> WaitOut:
+        awaited = self._locks.get(lock_id)
+        if awaited is None:
+            awaited = self._locks[lock_id] = _Awaited()
+        awaited.waiters += 1
+        self.metrics.waiters.inc()
+        try:
+            if awaited.task is None or awaited.task.done():
+                awaited.state = await asyncio.to_thread(self._read_state, lock_id)
+                awaited.task = asyncio.create_task(self._poll(lock_id, awaited))
+            assert awaited.state is not None
+            start_state = awaited.state
+            if after is not None and start_state[0] != after:
+                return WaitOut(changed=True, head=start_state[0], holders=list(start_state[1]))
+            async with awaited.changed:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(awaited.changed.wait_for(lambda: awaited.state != start_state), timeout)
+            state = awaited.state or start_state
+            return WaitOut(changed=state != start_state, head=state[0], holders=list(state[1]))
+        finally:
+            awaited.waiters -= 1
+            self.metrics.waiters.dec()
+
+
+class Leasewatch:
+    """One replica: store, watcher, wait hub, metrics, health."""
+
+    def __init__(self, settings: LeasewatchSettings, store: CellStore | None = None) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self._store = store
+        self._owns_store = store is None
+        self.watcher: Watcher | None = None
+        self.hub: WaitHub | None = None
+        self.last_scan_ok: bool | None = None
+        self.last_scan_at: float | None = None
+        self.last_error: str | None = None
+
+    async def ready(self) -> Watcher:
+        if self.watcher is None:
+            if self._store is None:
+                self._store = await asyncio.to_thread(self.settings.open_store)
+            self.watcher = Watcher(
+                self._store,
+                grace=self.settings.grace,
+                orphan_after=self.settings.orphan_after,
+                replica_id=self.settings.replica_id,
+                on_revoke=self._count,
+            )
+            self.hub = WaitHub(self._store, self.watcher, self.metrics)
+        return self.watcher
+
+    def _count(self, event: Revocation) -> None:
+        self.metrics.revocations.labels("holder" if event.holder else "waiter").inc()
+
+    async def scan(self) -> None:
+        try:
+            watcher = await self.ready()
+            report = await asyncio.to_thread(watcher.scan)
+        except ChronolockError as exc:
+            self.last_scan_ok, self.last_error = False, str(exc)
+            self.metrics.scans.labels("error").inc()
+            log.warning("scan_failed", error=str(exc))
+            return
+        self.last_scan_ok, self.last_error, self.last_scan_at = True, None, time.monotonic()
+        self.metrics.scans.labels("ok").inc()
+        self.metrics.scan_seconds.observe(report.seconds)
+        self.metrics.leases.set(report.leases)
+        self.metrics.locks.set(report.locks)
+        if report.orphans_cleared:
+            self.metrics.orphans.inc(report.orphans_cleared)
+
+    async def collect_garbage(self) -> None:
+        if self._store is None:
+            return
+        try:
+            self.metrics.gc.inc(await asyncio.to_thread(self._store.collect_garbage))
+        except ChronolockError as exc:
+            log.warning("gc_failed", error=str(exc))
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        if self.last_scan_ok is None:
+            return False, ["no scan has completed yet"]
+        if not self.last_scan_ok:
+            return False, [f"store unavailable: {self.last_error}"]
+        if self.last_scan_at is not None and time.monotonic() - self.last_scan_at > 3 * self.settings.scan_interval + 5:
+            return False, ["no successful scan recently"]
+        return True, []
+
+    def close(self) -> None:
+        if self._owns_store and self._store is not None:
+            self._store.close()
+
+
+def _service(request: Request) -> Leasewatch:
+    service: Leasewatch = request.app.state.service
+    return service
+
+
+ServiceDep = Annotated[Leasewatch, Depends(_service)]
+LockIdPath = Annotated[str, Path(description="lock id (URL-encoded)", max_length=1024)]
+
+
+def _lock_out(view: LockView) -> LockOut:
+    ages = {owner: lease.observed_age for owner, lease in view.leases.items()}
+    return LockOut(
+        lock_id=view.lock_id,
+        holders=view.holders,
+        fencing_token=view.fencing_token,
+        fencing_owner=view.fencing_owner,
+        queue=[
+            QueueEntryOut(
+                ticket=ticket,
+                owner=owner,
+                enqueued_at=datetime.fromtimestamp(int(ticket[:20]) / 1e6, UTC),
+                lease_age_s=ages.get(owner),
+            )
+            for ticket, owner in view.queue
+        ],
+        leases=[
+            LeaseOut(
+                owner=lease.owner,
+                ticket=lease.ticket,
+                version=lease.version,
+                lease_s=lease.lease,
+                holding=lease.holding,
+                observed_age_s=lease.observed_age,
+            )
+            for lease in view.leases.values()
+        ],
+    )
+
+
+def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore | None = None) -> FastAPI:
+    """Build a leasewatch app. Nothing is opened until the app starts (lifespan)."""
+    settings = settings or LeasewatchSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service = Leasewatch(settings, store)
+        app.state.service = service
+        scheduler = AsyncIOScheduler()
+        scheduler.add_job(
+            service.scan,
+            "interval",
+            seconds=settings.scan_interval,
+            id="scan",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(UTC),
+        )
+        scheduler.add_job(service.collect_garbage, "interval", seconds=settings.gc_interval, id="gc", max_instances=1)
+        scheduler.start()
+        log.info("leasewatch_started", replica=settings.replica_id, scan_interval_s=settings.scan_interval)
+        try:
+            yield
+        finally:
+            scheduler.shutdown(wait=False)
+            await asyncio.to_thread(service.close)
+
+    app = FastAPI(
+        title="chronolock leasewatch",
+        summary="Revokes dead lock holders and waiters by observation; lock introspection and wake-ups",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, exc: StoreError) -> JSONResponse:
+        return JSONResponse(status_code=503, content={"detail": f"store unavailable: {exc}"})
+
+    @app.exception_handler(InvalidLockId)
+    async def bad_lock_id(request: Request, exc: InvalidLockId) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": f"invalid lock id: {exc}"})
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse(resources.files("leasewatch").joinpath("static/index.html").read_text())
+
+    @app.get("/locks", response_model=list[LockSummary], summary="Locks with live state")
+    async def locks(service: ServiceDep) -> list[LockSummary]:
+        watcher = await service.ready()
+
+        def collect() -> list[LockSummary]:
+            out = []
+            for lock_id in watcher.lock_ids():
+                view = watcher.view(lock_id)
+                ages = [lease.observed_age for lease in view.leases.values() if lease.observed_age is not None]
+                out.append(
+                    LockSummary(
+                        lock_id=lock_id,
+                        holder=view.holders[0] if view.holders else None,
+                        fencing_token=view.fencing_token,
+                        queue_length=len(view.queue),
+                        oldest_lease_age_s=max(ages) if ages else None,
+                    )
+                )
+            return out
+
+        return await asyncio.to_thread(collect)
+
+    @app.get("/locks/{lock_id:path}/wait", response_model=WaitOut, summary="Long-poll for a head or holder change")
+    async def wait(
+        service: ServiceDep,
+        lock_id: LockIdPath,
+        after: Annotated[str | None, Query(description="the queue head ticket the caller last saw")] = None,
+        timeout: Annotated[float, Query(gt=0, le=MAX_WAIT_S, description="seconds to wait at most")] = 10.0,
+    ) -> WaitOut:
+        validate_lock_id(lock_id)
+        await service.ready()
+        assert service.hub is not None
+        return await service.hub.wait(lock_id, after, timeout)
+
+    @app.post("/locks/{lock_id:path}/revoke", response_model=RevokeOut, summary="Revoke the holder (admin)")
+    async def revoke(
+        service: ServiceDep,
+        lock_id: LockIdPath,
+        authorization: Annotated[str | None, Header()] = None,
+        owner: Annotated[str | None, Query(description="revoke this owner instead of the holder")] = None,
+    ) -> RevokeOut:
+        token = settings.admin_token.get_secret_value() if settings.admin_token else ""
+        if not token:
+            raise HTTPException(403, "revocation is disabled: no LEASEWATCH_ADMIN_TOKEN is configured")
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+            raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+        validate_lock_id(lock_id)
+        watcher = await service.ready()
+        revoked = await asyncio.to_thread(watcher.revoke_now, lock_id, owner)
+        return RevokeOut(lock_id=lock_id, revoked=revoked)
+
+    @app.get("/locks/{lock_id:path}", response_model=LockOut, summary="Holder, fencing token, queue, lease ages")
+    async def lock(service: ServiceDep, lock_id: LockIdPath) -> LockOut:
+        validate_lock_id(lock_id)
+        watcher = await service.ready()
+        return _lock_out(await asyncio.to_thread(watcher.view, lock_id))
+
+    @app.get("/revocations", response_model=list[RevocationOut], summary="Recent revocations by this replica")
+    async def revocations(service: ServiceDep) -> list[RevocationOut]:
+        watcher = await service.ready()
+        return [
+            RevocationOut(
+                lock_id=e.lock_id,
+                owner=e.owner,
+                reason=e.reason,
+                unchanged_for_s=e.unchanged_for,
+                at=e.at,
+                by=e.by,
+                holder=e.holder,
+            )
+            for e in reversed(watcher.events)
+        ]
+
+    @app.get("/healthz", summary="The process is alive")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="Store reachable and scans succeeding")
+    async def readyz(service: ServiceDep, response: Response) -> dict[str, object]:
+        ready, reasons = service.readiness()
+        response.status_code = 200 if ready else 503
+        return {"ready": ready, "reasons": reasons}
+
+    @app.get("/metrics", response_class=Response, summary="Prometheus metrics")
+    async def metrics(service: ServiceDep) -> Response:
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

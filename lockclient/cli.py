@@ -1,0 +1,571 @@
+"""``lockctl``: run a command under a lock, inspect a lock, create the store schema.
+
+``lockctl run NAME -- CMD...`` works like ``flock(1)`` or ``etcdctl lock``: it takes
+the lock (first come, first served), runs CMD as a child process with
+``CHRONOLOCK_LOCK_ID``, ``CHRONOLOCK_FENCING_TOKEN`` and ``CHRONOLOCK_LOCK_OWNER``
+added to its environment, and releases the lock when CMD ends.
+
+Exit status of ``lockctl run``:
+
+====  ==========================================================================
+ N    CMD's own exit status (a CMD killed by signal N gives 128+N, like a shell)
+ 2    bad usage: invalid lock id, bad ``--timeout`` / ``--lease`` / ``--kill-grace``
+ 69   the store (or timesvc) is unavailable (EX_UNAVAILABLE)
+ 70   the lock was lost while CMD ran; CMD was terminated (SIGTERM, then SIGKILL
+      after ``--kill-grace`` seconds)
+ 75   the lock is busy (``--try``) or ``--timeout`` ran out (EX_TEMPFAIL)
+ 78   bad ``CHRONOLOCK_*`` settings (EX_CONFIG)
+ 126  CMD could not be executed; 127: CMD was not found
+ 128+N  lockctl received signal N (SIGINT, SIGTERM, SIGHUP): it forwarded the
+      signal to CMD, waited for CMD to end and released the lock
+====  ==========================================================================
+
+lockctl writes nothing to stdout while it runs a command (stdout belongs to the
+command); its own messages and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.markup import escape
+
+from lockclient.errors import (
+    ClockError,
+    ConfigurationError,
+    InvalidLockId,
+    LockCancelled,
+    LockTimeout,
+    StoreError,
+)
+from lockclient.lockid import validate_lock_id
+from lockclient.logs import configure_logging
+from lockclient.settings import ClientSettings, settings_help
+
+if TYPE_CHECKING:
+    from lockclient.locker import LockStatus, RemoteLock, RemoteLocker
+
+__all__ = [
+    "EXIT_BUSY",
+    "EXIT_CANNOT_EXECUTE",
+    "EXIT_CONFIG",
+    "EXIT_LOCK_LOST",
+    "EXIT_NOT_FOUND",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "app",
+    "main",
+]
+
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE
+EXIT_LOCK_LOST = 70  # EX_SOFTWARE: the command ran (partly) without the lock
+EXIT_BUSY = 75  # EX_TEMPFAIL, like `flock -n` on a conflict
+EXIT_CONFIG = 78  # EX_CONFIG
+EXIT_CANNOT_EXECUTE = 126
+EXIT_NOT_FOUND = 127
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_POLL = 0.05  # how often the supervisor looks at the child, signals and the lost event
+
+# Escaped: typer renders help as rich markup, which would eat the "[default: ...]" of each line.
+_EPILOG = escape(settings_help(ClientSettings)).replace("\n", "\n\n")
+
+app = typer.Typer(
+    help="chronolock lockctl: run a command under a fair distributed lock, inspect locks, create the schema.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # never print settings (passwords) in a traceback
+    epilog=_EPILOG,
+)
+
+
+class Strategy(enum.StrEnum):
+    SIMPLE = "SimpleStrategy"
+    NETWORK_TOPOLOGY = "NetworkTopologyStrategy"
+
+
+class LogFormat(enum.StrEnum):
+    CONSOLE = "console"
+    JSON = "json"
+
+
+Verbose = Annotated[
+    int,
+    typer.Option("--verbose", "-v", count=True, help="Log more on stderr: -v info, -vv debug (default: warnings)."),
+]
+LogFormatOption = Annotated[LogFormat, typer.Option("--log-format", help="Format of lockctl's log lines on stderr.")]
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+def _say(message: str) -> None:
+    typer.echo(f"lockctl: {message}", err=True)
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    _say(message)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _clear_errors() -> Iterator[None]:
+    """Turn the library's errors into one clear line on stderr and a documented exit status."""
+    try:
+        yield
+    except InvalidLockId as exc:
+        _fail(EXIT_USAGE, f"error: {exc}")
+    except ConfigurationError as exc:
+        _fail(EXIT_CONFIG, f"configuration error: {exc}")
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
+        )
+        _fail(EXIT_CONFIG, f"configuration error (CHRONOLOCK_* settings): {problems}")
+    except (StoreError, ClockError) as exc:
+        _fail(EXIT_UNAVAILABLE, f"unavailable: {exc}")
+
+
+def _check_seconds(name: str, value: float | None, *, positive: bool = False) -> None:
+    if value is None:
+        return
+    if math.isnan(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        _fail(EXIT_USAGE, f"error: {name} must be {bound} seconds, got {value}")
+
+
+def _setup_logging(verbose: int, log_format: LogFormat) -> None:
+    level = "warning" if verbose <= 0 else ("info" if verbose == 1 else "debug")
+    configure_logging(level, log_format.value)
+
+
+# -- signals ------------------------------------------------------------------------------
+
+
+class _SignalTrap:
+    """Record SIGINT/SIGTERM/SIGHUP instead of dying, so the lock is always released.
+
+    The handler only records the signal and sets ``event`` (also passed to ``get_lock``
+    as its ``cancel``); the main loop does the work.
+    """
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.event = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _SignalTrap:
+        for sig in FORWARDED_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+        self.event.set()
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+
+def _terminal_sent_it_to_the_child_too(sig: int) -> bool:
+    """True when ``sig`` is SIGINT and lockctl runs in the foreground of its terminal.
+
+    Ctrl-C makes the terminal send SIGINT to the whole foreground process group, which
+    includes the child (it shares our group so that it can use the terminal). Forwarding
+    it as well would deliver it twice.
+    """
+    if sig != signal.SIGINT:
+        return False
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False  # no controlling terminal: nobody else sent it to the child
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+# -- run ------------------------------------------------------------------------------------
+
+
+@app.command(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+def run(
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="Lock id: non-empty, at most 256 bytes, no control characters.")
+    ],
+    command: Annotated[
+        list[str],
+        typer.Argument(metavar="COMMAND", help="The command and its arguments, after --.", show_default=False),
+    ],
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", "-w", help="Give up (exit 75) after waiting this many seconds. Default: wait."),
+    ] = None,
+    try_: Annotated[
+        bool,
+        typer.Option("--try", "-n", help="Do not wait: exit 75 at once if the lock is held or has waiters."),
+    ] = False,
+    lease: Annotated[
+        float | None,
+        typer.Option("--lease", help="Lease length in seconds (default: CHRONOLOCK_LEASE)."),
+    ] = None,
+    kill_grace: Annotated[
+        float,
+        typer.Option("--kill-grace", help="If the lock is lost: seconds between SIGTERM and SIGKILL to the command."),
+    ] = 5.0,
+    verbose: Verbose = 0,
+    log_format: LogFormatOption = LogFormat.CONSOLE,
+) -> None:
+    """Run COMMAND while holding lock NAME, like flock(1): lockctl run NAME -- COMMAND [ARGS]...
+
+    COMMAND gets CHRONOLOCK_LOCK_ID, CHRONOLOCK_FENCING_TOKEN and CHRONOLOCK_LOCK_OWNER in its environment.
+
+    Exit status: COMMAND's own (128+N if killed by signal N);
+    75 lock busy (--try) or --timeout ran out;
+    70 lock lost while COMMAND ran (COMMAND was terminated);
+    69 store unavailable; 2 bad usage; 78 bad CHRONOLOCK_* settings;
+    126/127 COMMAND not executable/not found;
+    128+N lockctl received signal N (forwarded to COMMAND, lock released).
+    """
+    _setup_logging(verbose, log_format)
+    with _clear_errors():
+        validate_lock_id(name)
+    _check_seconds("--timeout", timeout)
+    _check_seconds("--lease", lease, positive=True)
+    if lease is not None and not math.isfinite(lease):
+        _fail(EXIT_USAGE, f"error: --lease must be a finite number of seconds, got {lease}")
+    _check_seconds("--kill-grace", kill_grace)
+    if try_ and timeout is not None:
+        _fail(EXIT_USAGE, "error: --try and --timeout exclude each other (--try never waits)")
+    if not command:
+        _fail(EXIT_USAGE, "error: no command given: lockctl run NAME -- COMMAND [ARGS]...")
+
+    from lockclient.locker import RemoteLocker
+
+    overrides: dict[str, Any] = {} if lease is None else {"lease": lease}
+    with _SignalTrap() as trap:
+        with _clear_errors():
+            locker = RemoteLocker.from_env(**overrides)
+        try:
+            code = _run_locked(locker, name, command, trap, timeout=timeout, try_=try_, kill_grace=kill_grace)
+        finally:
+            locker.close()
+    raise typer.Exit(code)
+
+
+def _run_locked(
+    locker: RemoteLocker,
+    name: str,
+    command: list[str],
+    trap: _SignalTrap,
+    *,
+    timeout: float | None,
+    try_: bool,
+    kill_grace: float,
+) -> int:
+    lock: RemoteLock | None
+    with _clear_errors():
+        try:
+            if try_:
+                lock = locker.try_get_lock(name)
+                if lock is None:
+                    _fail(EXIT_BUSY, f"lock {name!r} is busy (held or awaited); not waiting (--try)")
+            else:
+                lock = locker.get_lock(name, timeout, cancel=trap.event)
+        except LockTimeout:
+            _fail(EXIT_BUSY, f"timed out after {timeout:g} s waiting for lock {name!r}")
+        except LockCancelled:
+            sig = trap.first or signal.SIGTERM
+            _fail(128 + sig, f"{_signal_name(sig)} while waiting for lock {name!r}; nothing was run")
+    try:
+        if trap.first is not None:  # a signal arrived just as we acquired
+            _say(f"{_signal_name(trap.first)} received; the command was not started")
+            return 128 + trap.first
+        return _supervise(lock, command, trap, kill_grace)
+    finally:
+        try:
+            lock.release()
+        except StoreError as exc:
+            _say(f"warning: could not release lock {name!r} ({exc}); it expires after its lease")
+
+
+def _supervise(lock: RemoteLock, command: list[str], trap: _SignalTrap, kill_grace: float) -> int:
+    """Run the child, forward signals, stop it if the lock is lost; return lockctl's exit status."""
+    if lock.lost.is_set():
+        _say(f"lost lock {lock.lock_id!r} before the command started ({lock.lost_reason}); not running it")
+        return EXIT_LOCK_LOST
+    env = dict(os.environ)
+    env.update(
+        CHRONOLOCK_LOCK_ID=lock.lock_id,
+        CHRONOLOCK_FENCING_TOKEN=str(lock.fencing_token),
+        CHRONOLOCK_LOCK_OWNER=lock.owner,
+    )
+    try:
+        child = subprocess.Popen(command, env=env)
+    except FileNotFoundError:
+        _say(f"{command[0]}: command not found")
+        return EXIT_NOT_FOUND
+    except OSError as exc:
+        _say(f"{command[0]}: cannot execute: {exc.strerror or exc}")
+        return EXIT_CANNOT_EXECUTE
+
+    forwarded = 0
+    lost_at: float | None = None
+    killed = False
+    try:
+        while True:
+            try:
+                returncode = child.wait(timeout=_POLL)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            while forwarded < len(trap.received):
+                sig = trap.received[forwarded]
+                forwarded += 1
+                if not _terminal_sent_it_to_the_child_too(sig):
+                    _send(child, sig)
+            if lost_at is None and lock.lost.is_set():
+                _say(
+                    f"lost lock {lock.lock_id!r} while the command ran ({lock.lost_reason}); "
+                    f"terminating it (SIGKILL in {kill_grace:g} s)"
+                )
+                _send(child, signal.SIGTERM)
+                lost_at = time.monotonic()
+            if lost_at is not None and not killed and time.monotonic() - lost_at >= kill_grace:
+                _say("the command did not stop after SIGTERM; sending SIGKILL")
+                _send(child, signal.SIGKILL)
+                killed = True
+    finally:
+        if child.poll() is None:  # lockctl itself failed: never leave the command running unlocked
+            _send(child, signal.SIGTERM)
+            try:
+                child.wait(timeout=kill_grace)
+            except subprocess.TimeoutExpired:
+                _send(child, signal.SIGKILL)
+                child.wait()
+
+    status = 128 - returncode if returncode < 0 else returncode
+    if lock.lost.is_set():
+        if lost_at is None:
+            _say(
+                f"lost lock {lock.lock_id!r} while the command ran ({lock.lost_reason}); "
+                f"the command ended with status {status}"
+            )
+        return EXIT_LOCK_LOST
+    if trap.first is not None:
+        return 128 + trap.first
+    return status
+
+
+def _send(child: subprocess.Popen[bytes], sig: int) -> None:
+    """Signal the child unless it has been reaped (send_signal ignores a child that just exited)."""
+    child.send_signal(sig)
+
+
+# -- status ---------------------------------------------------------------------------------
+
+
+def _iso(us: int) -> str:
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)).isoformat(timespec="microseconds")
+
+
+def _status_dict(status: LockStatus) -> dict[str, Any]:
+    from lockclient.lockid import ticket_time
+
+    return {
+        "lock_id": status.lock_id,
+        "held": bool(status.holders),
+        "holders": list(status.holders),
+        "fencing_token": status.fencing_token,
+        "fencing_owner": status.fencing_owner or None,
+        "queue": [
+            {
+                "position": position,
+                "owner": entry.owner,
+                "ticket": entry.ticket,
+                "enqueued_us": entry.enqueued_us,
+                "enqueued_at": _iso(entry.enqueued_us),
+            }
+            for position, entry in enumerate(status.queue)
+        ],
+        "leases": [
+            {
+                "owner": owner,
+                "version": record.version,
+                "lease": record.lease,
+                "holding": record.holding or owner in status.holders,
+                "ticket": record.ticket,
+                "enqueued_at": _iso(ticket_time(record.ticket)) if record.ticket[:1].isdigit() else None,
+            }
+            for owner, record in sorted(status.leases.items())
+        ],
+    }
+
+
+def _print_status(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    summary = Table(show_header=False, box=None, pad_edge=False)
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("lock", Text(data["lock_id"]))
+    holders = data["holders"]
+    summary.add_row("holder", Text(", ".join(holders)) if holders else Text("none (free)", style="green"))
+    token = data["fencing_token"]
+    if token:
+        summary.add_row("fencing token", Text(f"{token} (taken by {data['fencing_owner'] or '?'})"))
+    else:
+        summary.add_row("fencing token", Text("0 (never acquired)"))
+    console.print(summary)
+
+    queue = Table(title="queue (first come, first served)", title_justify="left")
+    queue.add_column("#", justify="right")
+    queue.add_column("ticket time (UTC)")
+    queue.add_column("owner")
+    for entry in data["queue"]:
+        queue.add_row(str(entry["position"]), entry["enqueued_at"], Text(entry["owner"]))
+    if not data["queue"]:
+        queue.add_row("", "empty", "")
+    console.print(queue)
+
+    leases = Table(title="lease records", title_justify="left")
+    leases.add_column("owner")
+    leases.add_column("version", justify="right")
+    leases.add_column("lease (s)", justify="right")
+    leases.add_column("holding")
+    for record in data["leases"]:
+        leases.add_row(
+            Text(record["owner"]), str(record["version"]), f"{record['lease']:g}", "yes" if record["holding"] else "no"
+        )
+    if not data["leases"]:
+        leases.add_row("none", "", "", "")
+    console.print(leases)
+
+
+@app.command(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+def status(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Lock id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+    verbose: Verbose = 0,
+    log_format: LogFormatOption = LogFormat.CONSOLE,
+) -> None:
+    """Show a lock's holder(s), fencing token, queue in order and lease records."""
+    _setup_logging(verbose, log_format)
+    from lockclient.locker import RemoteLocker
+
+    with _clear_errors():
+        validate_lock_id(name)
+        locker = RemoteLocker.from_env()
+        try:
+            data = _status_dict(locker.status(name))
+        finally:
+            locker.close()
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        _print_status(data)
+
+
+# -- schema ---------------------------------------------------------------------------------
+
+
+@app.command(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+def schema(
+    replication_factor: Annotated[
+        int, typer.Option("--replication-factor", min=1, help="Replicas per datacenter (Cassandra).")
+    ] = 1,
+    strategy: Annotated[
+        Strategy, typer.Option("--strategy", help="Keyspace replication strategy (Cassandra).")
+    ] = Strategy.SIMPLE,
+    datacenter: Annotated[
+        str | None,
+        typer.Option("--datacenter", help="Datacenter for NetworkTopologyStrategy (default: the URL's dc option)."),
+    ] = None,
+    gc_grace_seconds: Annotated[
+        int | None,
+        typer.Option(
+            "--gc-grace-seconds",
+            help="Tombstone grace of every table (Cassandra); no lower than the hint window and repair interval.",
+        ),
+    ] = None,
+    verbose: Verbose = 0,
+    log_format: LogFormatOption = LogFormat.CONSOLE,
+) -> None:
+    """Create the store's schema if missing (idempotent). The store comes from CHRONOLOCK_STORE_URL."""
+    _setup_logging(verbose, log_format)
+    from lockclient.store.url import parse_store_url
+
+    with _clear_errors():
+        settings = ClientSettings()
+        url = parse_store_url(settings.store_url)
+        if url.scheme == "sqlite":
+            store = settings.open_store()
+            store.close()
+            typer.echo(f"SQLite store {url.redacted()}: tables are created when the store is opened; ready.")
+            return
+        if strategy is Strategy.NETWORK_TOPOLOGY and not (datacenter or url.options.get("dc")):
+            _fail(EXIT_USAGE, "error: --strategy NetworkTopologyStrategy needs --datacenter (or ?dc= in the URL)")
+        from lockclient.store.cassandra_schema import SCHEMA_VERSION, create_schema
+
+        password = settings.cassandra_password.get_secret_value() if settings.cassandra_password else None
+        extra: dict[str, Any] = {} if gc_grace_seconds is None else {"gc_grace_seconds": gc_grace_seconds}
+        try:
+            statements = create_schema(
+                settings.store_url,
+                replication_factor=replication_factor,
+                strategy=strategy.value,
+                datacenter=datacenter,
+                username=settings.cassandra_username,
+                password=password,
+                **extra,
+            )
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith("cassandra"):
+                raise
+            raise ConfigurationError(
+                "the Cassandra store needs cassandra-driver: pip install 'chronolock[cassandra]'"
+            ) from exc
+    for statement in statements:
+        typer.echo(f"{statement};")
+    typer.echo(f"-- chronolock schema version {SCHEMA_VERSION} on {url.redacted()}: {len(statements)} statements")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
