@@ -152,12 +152,15 @@ class StoreClock:
     """Global time without timesvc: this process runs TryUpdateGlobalTime itself, on demand.
 
     For embedded use (one machine, the SQLite store). Each call is one store
-    round trip (a read, and a write when time moved on).
+    round trip (a read, and a write when time moved on). Nobody ticks between
+    calls, so the runaway guard (which needs replicas publishing continuously to
+    tell a fast clock from stale global time) is off; processes on one machine
+    share one wall clock anyway. Across machines, use timesvc.
     """
 
     def __init__(self, store: CellStore, *, max_skew: float = 1.0) -> None:
         replica = f"client-{os.getpid()}-{next(_store_clock_ids)}-{uuid.uuid4().hex[:6]}"
-        self._updater = GlobalTimeUpdater(store, replica_id=replica, max_skew=max_skew)
+        self._updater = GlobalTimeUpdater(store, replica_id=replica, max_skew=max_skew, guard=False)
         self._floor = _Floor()
 
     def now_us(self) -> int:

@@ -123,6 +123,10 @@ class GlobalTimeUpdater:
     """One replica's TryUpdateGlobalTime. Thread-safe; runs are serialized.
 
     ``wall_us`` and ``monotonic_ns`` are injectable so tests can move time.
+    ``guard=False`` turns the runaway-clock guard off: only for updaters that run
+    on demand on one machine (:class:`~lockclient.clock.StoreClock`), where every
+    process shares one wall clock and global time is *expected* to be stale
+    between calls.
     """
 
     def __init__(
@@ -132,6 +136,7 @@ class GlobalTimeUpdater:
         replica_id: str,
         max_skew: float = 1.0,
         stale_after: float = 2.0,
+        guard: bool = True,
         wall_us: Callable[[], int] = wall_clock_us,
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
@@ -142,6 +147,7 @@ class GlobalTimeUpdater:
         if not replica_id or ":" in replica_id:
             raise ValueError(f"replica_id must be non-empty and contain no ':', got {replica_id!r}")
         self._store = store
+        self._guard = guard
         self._replica_id = replica_id
         self._max_skew_us = int(max_skew * 1_000_000)
         self._stale_after_ns = int(stale_after * 1_000_000_000)
@@ -233,7 +239,7 @@ class GlobalTimeUpdater:
             estimate = read if estimate is None else max(estimate, read)
         if estimate is None:
             return local, False  # the very first value anyone publishes
-        if local <= estimate + self._max_skew_us:
+        if not self._guard or local <= estimate + self._max_skew_us:
             return max(local, estimate), False
         if self._global_time_is_stale(read_done):
             log.warning(
