@@ -157,6 +157,47 @@ class Fleet:
             proc.wait_healthy()
         return proc
 
+    def leasewatch(
+        self,
+        store_url: str,
+        *,
+        name: str | None = None,
+        scan_interval: float = 0.2,
+        grace: float = 0.5,
+        orphan_after: float = 3.0,
+        admin_token: str | None = None,
+        wait: bool = True,
+    ) -> ServiceProcess:
+        port = free_port()
+        name = name or f"leasewatch-{len(self.processes)}"
+        extra = {
+            "CHRONOLOCK_STORE_URL": store_url,
+            "LEASEWATCH_HOST": "127.0.0.1",
+            "LEASEWATCH_PORT": str(port),
+            "LEASEWATCH_SCAN_INTERVAL": str(scan_interval),
+            "LEASEWATCH_GRACE": str(grace),
+            "LEASEWATCH_ORPHAN_AFTER": str(orphan_after),
+            "LEASEWATCH_REPLICA_ID": name,
+            "LEASEWATCH_SHUTDOWN_GRACE": "1",
+        }
+        if admin_token is not None:
+            extra["LEASEWATCH_ADMIN_TOKEN"] = admin_token
+        proc = ServiceProcess(
+            name, [str(BIN / "leasewatch"), "serve"], service_env(extra), port, self.workdir / f"{name}.log"
+        )
+        self.processes.append(proc)
+        if wait:
+            proc.wait_healthy()
+        return proc
+
+    def python(self, name: str, args: list[str], env: dict[str, str], *, skew: str | None = None) -> ServiceProcess:
+        """Any Python program (an actor holding or waiting for a lock); no port."""
+        proc = ServiceProcess(
+            name, [sys.executable, *args], service_env(env, skew=skew), 0, self.workdir / f"{name}.log"
+        )
+        self.processes.append(proc)
+        return proc
+
     def stop_all(self) -> None:
         for proc in self.processes:
             proc.stop()

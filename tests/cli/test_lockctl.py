@@ -1,0 +1,349 @@
+"""``lockctl`` as a user runs it: real processes on a real SQLite store, no mocks.
+
+Synchronisation is by files (the command under the lock writes a marker, then waits
+for a release file) and by polling ``lockctl status``; never by fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockclient.settings import ClientSettings, env_names
+from lockclient.store import open_store
+
+LOCKCTL = Path(sys.executable).parent / "lockctl"
+HOLD = Path(__file__).with_name("hold.py")
+WAIT = 30.0  # bound on every wait for a process or a condition
+
+EXIT_LOCK_LOST = 70
+EXIT_BUSY = 75
+EXIT_UNAVAILABLE = 69
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cells.db'}"
+
+
+@pytest.fixture
+def env(store_url: str) -> dict[str, str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("CHRONOLOCK_")}
+    environment["CHRONOLOCK_STORE_URL"] = store_url
+    environment["COLUMNS"] = "200"  # help text and tables on one line each
+    return environment
+
+
+def lockctl(env: dict[str, str], *args: str, timeout: float = WAIT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LOCKCTL), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def status(env: dict[str, str], name: str) -> dict[str, Any]:
+    result = lockctl(env, "status", name, "--json")
+    assert result.returncode == 0, result.stderr
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def assert_free(env: dict[str, str], name: str) -> None:
+    data = status(env, name)
+    assert data["holders"] == []
+    assert data["queue"] == []
+    assert data["leases"] == []
+    assert data["held"] is False
+
+
+class Background:
+    """``lockctl`` processes started in the background by one test; stopped by PID at the end."""
+
+    def __init__(self, env: dict[str, str], workdir: Path) -> None:
+        self.env = env
+        self.workdir = workdir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.workdir / f"lockctl-{len(self.procs)}.err").open("wb")
+        proc = subprocess.Popen([str(LOCKCTL), *args], env=self.env, stdout=subprocess.DEVNULL, stderr=log)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def stderr(self, proc: subprocess.Popen[bytes]) -> str:
+        return (self.workdir / f"lockctl-{self.procs.index(proc)}.err").read_text(errors="replace")
+
+    def hold(self, name: str, tag: str, *options: str, mode: str = "exit-on-term") -> tuple[Path, Path]:
+        """Start ``lockctl run NAME -- hold.py``; return (marker, release) paths."""
+        marker, release = self.workdir / f"{tag}.marker", self.workdir / f"{tag}.release"
+        self.start("run", name, *options, "--", sys.executable, str(HOLD), str(marker), str(release), mode)
+        return marker, release
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # lockctl forwards it to the command and releases
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def background(env: dict[str, str], tmp_path: Path) -> Iterator[Background]:
+    started = Background(env, tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop_all()
+
+
+def read_marker(marker: Path) -> dict[str, Any]:
+    wait_for(marker.exists, f"{marker.name} (the command under the lock started)")
+    data: dict[str, Any] = json.loads(marker.read_text())
+    return data
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# -- run -------------------------------------------------------------------------------------
+
+
+def test_run_holds_the_lock_for_the_commands_lifetime(env: dict[str, str], background: Background) -> None:
+    marker, release = background.hold("job:1", "holder")
+    info = read_marker(marker)
+    proc = background.procs[0]
+
+    data = status(env, "job:1")
+    owner = info["CHRONOLOCK_LOCK_OWNER"]
+    assert info["CHRONOLOCK_LOCK_ID"] == "job:1"
+    assert data["held"] is True
+    assert data["holders"] == [owner]
+    assert data["fencing_token"] == int(info["CHRONOLOCK_FENCING_TOKEN"])
+    assert data["fencing_owner"] == owner
+    assert [entry["owner"] for entry in data["queue"]] == [owner]
+    assert [lease["owner"] for lease in data["leases"]] == [owner]
+    assert data["leases"][0]["holding"] is True
+
+    started = time.monotonic()
+    busy = lockctl(env, "run", "--try", "job:1", "--", "true")
+    assert busy.returncode == EXIT_BUSY, busy.stderr
+    assert "busy" in busy.stderr
+    assert time.monotonic() - started < 10  # at once: a process start, never a wait on the holder
+    timed_out = lockctl(env, "run", "--timeout", "0.3", "job:1", "--", "true")
+    assert timed_out.returncode == EXIT_BUSY, timed_out.stderr
+    assert "timed out" in timed_out.stderr
+    assert status(env, "job:1")["holders"] == [owner]  # neither attempt disturbed the holder
+
+    release.touch()
+    assert proc.wait(timeout=WAIT) == 0, background.stderr(proc)
+    assert_free(env, "job:1")
+    assert lockctl(env, "run", "--try", "job:1", "--", "true").returncode == 0
+
+
+def test_two_runs_on_one_name_serialize(env: dict[str, str], background: Background, tmp_path: Path) -> None:
+    log = tmp_path / "intervals.log"
+    append = (
+        "import os, sys, time\n"
+        "def note(what):\n"
+        "    with open(sys.argv[1], 'a') as f:\n"
+        "        f.write(f'{what} {os.getpid()} {time.time_ns()}\\n')\n"
+        "note('start')\n"
+        "time.sleep(0.3)  # widen the critical section; not used for synchronisation\n"
+        "note('end')\n"
+    )
+    procs = [background.start("run", "shared", "--", sys.executable, "-c", append, str(log)) for _ in range(3)]
+    for proc in procs:
+        assert proc.wait(timeout=WAIT) == 0, background.stderr(proc)
+
+    intervals: dict[str, dict[str, int]] = {}
+    for line in log.read_text().splitlines():
+        what, pid, at = line.split()
+        intervals.setdefault(pid, {})[what] = int(at)
+    assert len(intervals) == 3
+    spans = sorted((span["start"], span["end"]) for span in intervals.values())
+    for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False):
+        assert end <= next_start, f"critical sections overlap: {spans}"
+    assert_free(env, "shared")
+
+
+def test_exit_status_environment_and_fencing_tokens(env: dict[str, str]) -> None:
+    assert lockctl(env, "run", "job", "--", sys.executable, "-c", "raise SystemExit(7)").returncode == 7
+    killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    assert lockctl(env, "run", "job", "--", sys.executable, "-c", killed).returncode == 128 + signal.SIGKILL
+
+    show = "import os; print(os.environ['CHRONOLOCK_FENCING_TOKEN'], os.environ['CHRONOLOCK_LOCK_ID'])"
+    first = lockctl(env, "run", "job", "--", sys.executable, "-c", show)
+    second = lockctl(env, "run", "job", "--", sys.executable, "-c", show)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    # stdout belongs to the command: exactly its line, nothing from lockctl
+    token1, lock_id = first.stdout.split()
+    token2, _ = second.stdout.split()
+    assert lock_id == "job"
+    assert int(token1) > 0
+    assert int(token2) > int(token1)
+    assert_free(env, "job")
+
+
+def test_command_not_found_releases_the_lock(env: dict[str, str]) -> None:
+    result = lockctl(env, "run", "job", "--", "/nonexistent/command")
+    assert result.returncode == 127
+    assert "not found" in result.stderr
+    assert_free(env, "job")
+
+
+def test_sigterm_terminates_the_command_and_releases(env: dict[str, str], background: Background) -> None:
+    marker, _ = background.hold("job", "holder")
+    info = read_marker(marker)
+    proc = background.procs[0]
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=WAIT) == 128 + signal.SIGTERM, background.stderr(proc)
+    assert marker.with_name(marker.name + ".term").read_text() == str(int(signal.SIGTERM))  # forwarded
+    assert not pid_alive(info["pid"])
+    assert_free(env, "job")
+
+
+def test_signal_while_waiting_withdraws_from_the_queue(env: dict[str, str], background: Background) -> None:
+    marker, release = background.hold("job", "holder")
+    holder = read_marker(marker)["CHRONOLOCK_LOCK_OWNER"]
+    waiter = background.start("run", "job", "--", "true")
+    wait_for(lambda: len(status(env, "job")["queue"]) == 2, "the waiter to queue up")
+
+    waiter.send_signal(signal.SIGINT)  # no terminal here: lockctl handles it like any other signal
+    assert waiter.wait(timeout=WAIT) == 128 + signal.SIGINT, background.stderr(waiter)
+    assert "SIGINT" in background.stderr(waiter)
+    data = status(env, "job")
+    assert data["holders"] == [holder]
+    assert [entry["owner"] for entry in data["queue"]] == [holder]
+    assert [lease["owner"] for lease in data["leases"]] == [holder]
+
+    release.touch()
+    assert background.procs[0].wait(timeout=WAIT) == 0
+    assert_free(env, "job")
+
+
+@pytest.mark.parametrize("mode", ["exit-on-term", "ignore-term"])
+def test_lost_lock_terminates_the_command(
+    env: dict[str, str], background: Background, store_url: str, mode: str
+) -> None:
+    marker, _ = background.hold("job", "holder", "--lease", "1", "--kill-grace", "0.5", mode=mode)
+    info = read_marker(marker)
+    owner = info["CHRONOLOCK_LOCK_OWNER"]
+    proc = background.procs[0]
+
+    # Revoke the lease the way leasewatch does: delete the record if it is still the version seen.
+    store = open_store(store_url)
+    try:
+        deadline = time.monotonic() + WAIT
+        while True:
+            current = store.read_versioned("job").get(owner)
+            assert current is not None
+            if store.compare_and_set("job", {owner: current}, {owner: None}).applied:
+                break
+            assert time.monotonic() < deadline  # a renewal raced us; read again
+    finally:
+        store.close()
+
+    assert proc.wait(timeout=WAIT) == EXIT_LOCK_LOST, background.stderr(proc)
+    assert "lost lock 'job'" in background.stderr(proc)
+    if mode == "ignore-term":
+        assert "SIGKILL" in background.stderr(proc)
+    assert marker.with_name(marker.name + ".term").exists()  # SIGTERM came first
+    assert not pid_alive(info["pid"])
+    assert_free(env, "job")
+
+
+# -- bad input and failures ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["", "a\x01b"])
+def test_invalid_lock_id_exits_2(env: dict[str, str], name: str) -> None:
+    for args in (["run", name, "--", "true"], ["status", name]):
+        result = lockctl(env, *args)
+        assert result.returncode == 2, result.stderr
+        assert "lock id" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("option", [["--timeout", "-1"], ["--timeout", "nan"], ["--lease", "0"]])
+def test_bad_numbers_exit_2(env: dict[str, str], option: list[str]) -> None:
+    result = lockctl(env, "run", *option, "job", "--", "true")
+    assert result.returncode == 2, result.stderr
+    assert option[0] in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_store_unavailable_exits_69(env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "a-directory.db").mkdir()
+    env = {**env, "CHRONOLOCK_STORE_URL": f"sqlite:///{tmp_path / 'a-directory.db'}"}
+    result = lockctl(env, "run", "job", "--", "true")
+    assert result.returncode == EXIT_UNAVAILABLE, result.stderr
+    assert "unavailable" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_settings_exit_78(env: dict[str, str]) -> None:
+    result = lockctl({**env, "CHRONOLOCK_STORE_URL": "mysql://nope"}, "status", "job")
+    assert result.returncode == 78
+    assert "store URL" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# -- schema, status, help --------------------------------------------------------------------
+
+
+def test_schema_on_sqlite_and_status_of_a_never_used_lock(env: dict[str, str], tmp_path: Path) -> None:
+    for _ in range(2):  # idempotent
+        result = lockctl(env, "schema")
+        assert result.returncode == 0, result.stderr
+        assert "SQLite" in result.stdout
+    assert (tmp_path / "cells.db").exists()
+
+    data = status(env, "never-used")
+    assert data == {
+        "lock_id": "never-used",
+        "held": False,
+        "holders": [],
+        "fencing_token": 0,
+        "fencing_owner": None,
+        "queue": [],
+        "leases": [],
+    }
+    table = lockctl(env, "status", "never-used")
+    assert table.returncode == 0, table.stderr
+    assert "none (free)" in table.stdout
+    assert "never-used" in table.stdout
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["status"], ["schema"]])
+def test_help_lists_the_settings(env: dict[str, str], command: list[str]) -> None:
+    result = lockctl(env, *command, "--help")
+    assert result.returncode == 0, result.stderr
+    for name in env_names(ClientSettings):
+        assert name in result.stdout
+    assert "[default: 10.0]" in result.stdout  # rich markup must not eat the defaults
