@@ -252,7 +252,7 @@ class Watcher:
         if not result.applied:
             log.info("revoke_skipped", lock_id=lock_id, owner=owner, detail="record changed or already revoked")
             return False
-        self._delete_cells(lock_id, owner, record.ticket)
+        held = self._delete_cells(lock_id, owner, record.ticket)
         event = Revocation(
             lock_id=lock_id,
             owner=owner,
@@ -260,7 +260,7 @@ class Watcher:
             unchanged_for=None if unchanged is None else round(unchanged, 3),
             at=datetime.now(UTC),
             by=self.replica_id,
-            holder=record.holding,
+            holder=record.holding or held,
         )
         self.events.append(event)
         self.revocations += 1
@@ -268,7 +268,7 @@ class Watcher:
             "lease_revoked",
             lock_id=lock_id,
             owner=owner,
-            holder=record.holding,
+            holder=event.holder,
             reason=reason,
             by=self.replica_id,
         )
@@ -276,7 +276,8 @@ class Watcher:
             self._on_revoke(event)
         return True
 
-    def _delete_cells(self, lock_id: str, owner: str, ticket: str) -> None:
+    def _delete_cells(self, lock_id: str, owner: str, ticket: str) -> bool:
+        """Delete the owner's cells; True if it had an owner cell (it was the holder)."""
         cell = self.store.get(Table.OWNER, lock_id, owner)
         if cell is not None:
             self.store.delete(Table.OWNER, lock_id, owner, timestamp=cell.timestamp + 1)
@@ -287,6 +288,7 @@ class Watcher:
         bcell = self.store.get(Table.BACKOFF_MAIN, lock_id, owner)
         if bcell is not None:
             self.store.delete(Table.BACKOFF_MAIN, lock_id, owner, timestamp=bcell.timestamp + 1)
+        return cell is not None or bcell is not None
 
     def revoke_now(
         self, lock_id: str, owner: str | None = None, *, reason: str = "revoked by an operator"

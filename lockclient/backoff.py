@@ -104,7 +104,7 @@ def backoff_acquire(
         lease.end()
         raise
     lease.mark_holding()
-    return RemoteLock(locker, lease, token, sum(counts.values()), "backoff")
+    return RemoteLock(locker, lease, token, counts, "backoff")
 
 
 def backoff_release(locker: RemoteLocker, lease: Lease) -> None:

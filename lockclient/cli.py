@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import math
 import os
 import signal
@@ -152,6 +153,10 @@ def _check_seconds(name: str, value: float | None, *, positive: bool = False) ->
 def _setup_logging(verbose: int, log_format: LogFormat) -> None:
     level = "warning" if verbose <= 0 else ("info" if verbose == 1 else "debug")
     configure_logging(level, log_format.value)
+    if verbose <= 0:
+        # The driver logs every failed connection attempt with a traceback; lockctl reports the
+        # outcome in one line (StoreUnavailable) instead. -v shows the driver's side of it.
+        logging.getLogger("cassandra").setLevel(logging.CRITICAL)
 
 
 # -- signals ------------------------------------------------------------------------------

@@ -174,15 +174,19 @@ class RemoteLock:
     holders of one lock id: pass it to the resource so it can refuse stale holders.
     """
 
-    def __init__(self, locker: RemoteLocker, lease: Lease, fencing_token: int, store_ops: int, algorithm: str) -> None:
+    def __init__(
+        self, locker: RemoteLocker, lease: Lease, fencing_token: int, store_ops: Counter[str], algorithm: str
+    ) -> None:
         self._locker = locker
         self._lease = lease
         self.lock_id = lease.lock_id
         self.owner = lease.owner
         self.ticket = lease.ticket
         self.fencing_token = fencing_token
-        self.store_ops = store_ops
+        self.store_ops = sum(store_ops.values())
         """Store operations the acquisition needed."""
+        self.store_op_counts = dict(store_ops)
+        """The same, by operation (``read_row``, ``put``, ``compare_and_set``, ...)."""
         self.algorithm = algorithm
         self.released = False
 
@@ -498,7 +502,7 @@ class RemoteLocker:
             lease.mark_holding()
             self._advance_watermark(store, lock_id, lease.ticket)
             log.debug("acquired", lock_id=lock_id, owner=lease.owner, fencing_token=token, ops=sum(counts.values()))
-            return RemoteLock(self, lease, token, sum(counts.values()), self.algorithm)
+            return RemoteLock(self, lease, token, counts, self.algorithm)
 
     def _enqueue(self, store: CellStore, lock_id: str, max_hold: float | None) -> Lease:
         """Lease record first, then the index entry, then the queue cell (listing 5)."""

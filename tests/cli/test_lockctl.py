@@ -6,6 +6,7 @@ for a release file) and by polling ``lockctl status``; never by fixed sleeps.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -14,12 +15,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from lockclient.settings import ClientSettings, env_names
 from lockclient.store import open_store
+
+if TYPE_CHECKING:
+    from tests.support.cassandra_node import LocalCassandraNode
 
 LOCKCTL = Path(sys.executable).parent / "lockctl"
 HOLD = Path(__file__).with_name("hold.py")
@@ -44,9 +48,7 @@ def env(store_url: str) -> dict[str, str]:
 
 
 def lockctl(env: dict[str, str], *args: str, timeout: float = WAIT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LOCKCTL), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return subprocess.run([str(LOCKCTL), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def status(env: dict[str, str], name: str) -> dict[str, Any]:
@@ -186,7 +188,7 @@ def test_two_runs_on_one_name_serialize(env: dict[str, str], background: Backgro
         intervals.setdefault(pid, {})[what] = int(at)
     assert len(intervals) == 3
     spans = sorted((span["start"], span["end"]) for span in intervals.values())
-    for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False):
+    for (_, end), (next_start, _) in itertools.pairwise(spans):
         assert end <= next_start, f"critical sections overlap: {spans}"
     assert_free(env, "shared")
 
@@ -347,3 +349,20 @@ def test_help_lists_the_settings(env: dict[str, str], command: list[str]) -> Non
     for name in env_names(ClientSettings):
         assert name in result.stdout
     assert "[default: 10.0]" in result.stdout  # rich markup must not eat the defaults
+
+
+@pytest.mark.cassandra
+def test_schema_on_cassandra_is_idempotent(env: dict[str, str], local_cassandra: LocalCassandraNode) -> None:
+    from lockclient.store.cassandra_schema import SCHEMA_VERSION
+
+    env = {**env, "CHRONOLOCK_STORE_URL": local_cassandra.store_url("lockctl_schema")}
+    for _ in range(2):
+        result = lockctl(env, "schema", timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "CREATE KEYSPACE" in result.stdout
+        assert "lockctl_schema.lock_lease" in result.stdout
+        assert f"schema version {SCHEMA_VERSION}" in result.stdout
+    # The local node is Cassandra 1.2: no lightweight transactions, so no locks; a clear refusal.
+    refused = lockctl(env, "run", "job", "--", "true")
+    assert refused.returncode == EXIT_UNAVAILABLE
+    assert "compare-and-set" in refused.stderr
