@@ -41,7 +41,7 @@ def test_lock_introspection_and_wait(processes: Fleet, sqlite_url: str) -> None:
                 time.sleep(0.02)
             body = http.get(path).json()
             assert body["holders"] == [holder.owner] and body["fencing_token"] == 1
-            assert [q["owner"] for q in body["queue"]][0] == holder.owner
+            assert next(q["owner"] for q in body["queue"]) == holder.owner
             summary = http.get("/locks").json()
             assert any(s["lock_id"] == lock_id and s["queue_length"] == 2 for s in summary)
             # Long-poll: a stale `after` answers at once; otherwise it answers when the head changes.
