@@ -1,8 +1,8 @@
 """`make up`: the local stack on the embedded SQLite store, in the foreground.
 
-Starts three timesvc replicas (and leasewatch, once it exists) on one SQLite file,
-prints where they listen, and stops everything cleanly on Ctrl-C / SIGTERM.
-Ports: CHRONOLOCK_UP_PORT (default 8701) and the next ones.
+Starts three timesvc replicas and one leasewatch on one SQLite file, prints where
+they listen, and stops everything cleanly on Ctrl-C / SIGTERM.
+Ports: CHRONOLOCK_UP_PORT (default 8701) and the next three.
 """
 
 from __future__ import annotations
@@ -40,6 +40,12 @@ def main() -> int:
         port = base + i
         env = {"TIMESVC_PORT": str(port), "TIMESVC_REPLICA_ID": f"timesvc-{i + 1}", "TIMESVC_LOG_FORMAT": "console"}
         plan.append((f"timesvc-{i + 1}", [str(BIN / "timesvc"), "serve"], env, port))
+    lw_env = {
+        "LEASEWATCH_PORT": str(base + 3),
+        "LEASEWATCH_REPLICA_ID": "leasewatch-1",
+        "LEASEWATCH_LOG_FORMAT": "console",
+    }
+    plan.append(("leasewatch", [str(BIN / "leasewatch"), "serve"], lw_env, base + 3))
     busy = [port for *_, port in plan if not port_is_free(port)]
     if busy:
         print(f"ports {busy} are in use; set CHRONOLOCK_UP_PORT to another base port", file=sys.stderr)
@@ -85,10 +91,17 @@ def main() -> int:
                 time.sleep(0.1)
         print(f"chronolock is up on {store_url}")
         for name, _, port in children:
-            print(f"  {name:<12} http://127.0.0.1:{port}   (GET /now, /status, /metrics, /docs)")
+            what = (
+                "(the page at /, /locks, /metrics, /docs)"
+                if name == "leasewatch"
+                else "(GET /now, /status, /metrics, /docs)"
+            )
+            print(f"  {name:<12} http://127.0.0.1:{port}   {what}")
         urls = ",".join(f"http://127.0.0.1:{port}" for name, _, port in children if name.startswith("timesvc"))
         print(f"\nfor clients:  export CHRONOLOCK_STORE_URL={store_url}")
         print(f"              export CHRONOLOCK_TIMESVC_URLS={urls}")
+        print(f"              export CHRONOLOCK_LEASEWATCH_URL=http://127.0.0.1:{base + 3}")
+        print("then e.g.:    .venv/bin/lockctl run my-lock -- echo hello")
         print(f"logs in {logs}; Ctrl-C stops everything")
         while all(proc.poll() is None for _, proc, _ in children):
             time.sleep(0.5)

@@ -31,11 +31,14 @@ Why the table options are what they are:
   purged elsewhere before either reaches it, the deleted ticket or owner cell
   comes back to life ("zombie" data — here a phantom waiter or holder). So the
   value must be no lower than the hint window *and* no lower than the interval
-  between completed repairs. The default here, 10800 s (3 h), equals the default
-  hint window and keeps tombstone scans short on the queue rows; it is only safe
-  if repairs complete at least every 3 h (e.g. incremental repair scheduled by
-  Reaper). With weekly repairs pass ``gc_grace_seconds=864000`` (10 days,
-  Cassandra's default) or more. Values below the hint window are refused.
+  between completed repairs. The default is Cassandra's own, 864000 s (10 days),
+  safe with the usual weekly repairs. A long grace would normally make queue-head
+  reads scan many tombstones; here it does not, because readers start their slice
+  at the lock's watermark (lockclient/locker.py), past the released tickets. With
+  repairs completing at least every 3 h (incremental repair scheduled by Reaper)
+  it may be lowered to the hint window, 10800 s; lower values are refused. Even a
+  resurrected cell is not fatal: it has no lease record, so leasewatch clears it
+  as an orphan.
 * **The LWT table** (``lock_lease``) is never written without ``IF``: plain
   writes carry a client/coordinator timestamp that bypasses Paxos ballots, so a
   plain write could be reordered with (or silently lost against) a conditional
@@ -68,7 +71,7 @@ TABLES: Final[tuple[str, ...]] = (*(str(t) for t in Table), VERSIONED_TABLE)
 
 MIN_GC_GRACE_SECONDS: Final = 10800
 """Cassandra's default ``max_hint_window`` (3 h): gc_grace must not be lower (see module docstring)."""
-DEFAULT_GC_GRACE_SECONDS: Final = 10800
+DEFAULT_GC_GRACE_SECONDS: Final = 864000
 
 _DDL_TIMEOUT: Final = 60.0
 _NAME_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")

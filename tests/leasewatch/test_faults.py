@@ -398,9 +398,12 @@ def test_restarted_leasewatch_revokes_no_healthy_lease(cluster: Cluster) -> None
         assert cluster.revocations(fresh) == []
         assert_no_lost(holder_a, holder_b, waiter)
         time.sleep(0.1)
-    view = cluster.lock_view("faults:restart-a", fresh)
-    assert len(view["leases"]) == 2
-    assert all(lease["observed_age_s"] is not None for lease in view["leases"]), "the new replica watches them"
+
+    def watched() -> bool:  # an age is None also when a renewal landed since the last scan: retry
+        leases = cluster.lock_view("faults:restart-a", fresh)["leases"]
+        return len(leases) == 2 and all(lease["observed_age_s"] is not None for lease in leases)
+
+    wait_until(watched, 5, "the new replica to watch both leases of lock a")
     assert cluster.metric("leasewatch_leases_watched", fresh) == 3
 
     releases["a"].touch()
