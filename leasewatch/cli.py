@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import typer
+from rich.markup import escape
 import uvicorn
 
 from leasewatch.settings import LeasewatchSettings
@@ -14,7 +15,7 @@ from lockclient.settings import settings_help
 app = typer.Typer(help="chronolock leasewatch: revokes dead lock holders and waiters.", no_args_is_help=True)
 
 
-@app.command(epilog=settings_help(LeasewatchSettings).replace("\n", "\n\n"))
+@app.command(epilog=escape(settings_help(LeasewatchSettings)).replace("\n", "\n\n"))
 def serve() -> None:
     """Serve /locks, /locks/{id}, /locks/{id}/wait, POST /locks/{id}/revoke, /healthz, /readyz, /metrics, /docs, /."""
     from leasewatch.app import create_app

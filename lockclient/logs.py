@@ -14,7 +14,13 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     """Route structlog and the standard library's loggers (uvicorn, apscheduler, the driver)
     through one renderer on stderr: JSON objects (``fmt="json"``) or a console format."""
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(
+            colors=False,
+            # Plain tracebacks: rich ones print local variables, which can include credentials.
+            exception_formatter=structlog.dev.plain_traceback,
+        )
     )
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import typer
+from rich.markup import escape
 import uvicorn
 
 from lockclient.logs import configure_logging
@@ -14,7 +15,7 @@ from timesvc.settings import TimesvcSettings
 app = typer.Typer(help="chronolock timesvc: monotonic global time over the cell store.", no_args_is_help=True)
 
 
-@app.command(epilog=settings_help(TimesvcSettings).replace("\n", "\n\n"))
+@app.command(epilog=escape(settings_help(TimesvcSettings)).replace("\n", "\n\n"))
 def serve() -> None:
     """Serve GET /now, /healthz, /readyz, /status, /metrics and OpenAPI docs at /docs."""
     from timesvc.app import create_app

@@ -169,6 +169,9 @@ def create_schema(
         strategy=strategy,
         datacenter=datacenter or url.options.get("dc") or None,
     )
+    # Validate everything (gc_grace_seconds included) before touching the network, so a bad
+    # value is a configuration error even when the cluster is unreachable.
+    schema_statements(url.path, replication, if_not_exists=True, gc_grace_seconds=gc_grace_seconds)
     cluster, session, dialect = connect_cluster(url, username=username, password=password)
     legacy = not dialect.ddl_if_not_exists
     statements = schema_statements(url.path, replication, if_not_exists=not legacy, gc_grace_seconds=gc_grace_seconds)
