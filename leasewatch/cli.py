@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import typer
-from rich.markup import escape
 import uvicorn
+from rich.markup import escape
 
 from leasewatch.settings import LeasewatchSettings
 from lockclient.logs import configure_logging
