@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import time
 from itertools import groupby, pairwise
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lockclient import RemoteLocker, open_store
+from lockclient import RemoteLocker, StoreError, open_store
 from tests.lock import workers
 from tests.support.procs import Fleet
 
@@ -113,3 +114,22 @@ def test_lock_state_is_empty_after_the_run(tmp_path: Path, sqlite_url: str) -> N
         status = locker.status("tidy")
         assert status.holders == [] and status.queue == [] and status.leases == {}
         assert status.fencing_token == 60
+
+
+@pytest.mark.cassandra
+def test_mutual_exclusion_on_a_modern_cassandra(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    if not os.environ.get("CHRONOLOCK_TEST_CASSANDRA"):
+        pytest.skip(
+            "leases and fencing need compare-and-set (LWT, Cassandra 2.0+) and the local node is 1.2: "
+            "set CHRONOLOCK_TEST_CASSANDRA=host:port to run this against Cassandra 4.x/5.x"
+        )
+    url: str = request.getfixturevalue("modern_cassandra_url")
+    history = run_contenders(tmp_path, url, "", 3, 30, "queue", f"cassandra-lock-{os.getpid()}")
+    assert_mutual_exclusion(history, 90)
+
+
+@pytest.mark.cassandra
+def test_locker_refuses_a_store_without_compare_and_set(local_cassandra_url: str) -> None:
+    """On the local Cassandra 1.2 node the lock must refuse clearly, never run without leases."""
+    with open_store(local_cassandra_url) as store, pytest.raises(StoreError, match="compare-and-set"):
+        RemoteLocker(store)
