@@ -249,7 +249,7 @@ class Leasewatch:
             self._store.close()
 
 
-def _service(request: Request) -> Leasewatch:
+async def _service(request: Request) -> Leasewatch:  # async: no threadpool hop per request
     service: Leasewatch = request.app.state.service
     return service
 

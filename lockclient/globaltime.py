@@ -187,19 +187,15 @@ class GlobalTimeUpdater:
             candidate, runaway = self._choose(local, reading, read_done)
             published = read is None or candidate > read
             if published:
-                # Source first, value second, same timestamp: a reader that sees the new
-                # value also sees its source.
+                # USING TIMESTAMP == value: last-write-wins makes the cell a max-register.
+                # The source cell goes in the same single-partition write with the same
+                # timestamp, so a reader sees a value together with its publisher.
                 state = "runaway" if runaway else "ok"
-                self._store.put(
+                self._store.put_cells(
                     Table.GLOBAL_TIME,
                     GLOBAL_TIME_ROW,
-                    SOURCE_COLUMN,
-                    f"{state}:{self._replica_id}",
+                    {GLOBAL_TIME_COLUMN: str(candidate), SOURCE_COLUMN: f"{state}:{self._replica_id}"},
                     timestamp=candidate,
-                )
-                # USING TIMESTAMP == value: last-write-wins makes the cell a max-register.
-                self._store.put(
-                    Table.GLOBAL_TIME, GLOBAL_TIME_ROW, GLOBAL_TIME_COLUMN, str(candidate), timestamp=candidate
                 )
                 self.last_publisher = self._replica_id
             elif reading is not None:

@@ -228,7 +228,7 @@ class TimeService:
             self._store.close()
 
 
-def _service(request: Request) -> TimeService:
+async def _service(request: Request) -> TimeService:  # async: no threadpool hop per request
     service: TimeService = request.app.state.service
     return service
 

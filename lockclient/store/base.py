@@ -122,6 +122,13 @@ class CellStore(ABC):
     ) -> None:
         """Write one cell with an explicit timestamp (µs) and an optional TTL (seconds)."""
 
+    def put_cells(self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int) -> None:
+        """Write several cells of one row with one timestamp, atomically (one partition:
+        a single-partition batch on Cassandra, one transaction on SQLite). Each cell still
+        obeys last-write-wins on its own."""
+        for column, value in cells.items():
+            self.put(table, row, column, value, timestamp=timestamp)
+
     @abstractmethod
     def delete(self, table: Table, row: str, column: str, *, timestamp: int) -> None:
         """Write a tombstone: hides every version of the cell with timestamp <= ``timestamp``."""

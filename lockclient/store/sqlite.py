@@ -172,6 +172,16 @@ class SQLiteStore(CellStore):
         expires = None if ttl is None else now + ttl
         self._run(lambda c: c.execute(_UPSERT, (str(table), row, column, value, timestamp, 0, expires, now)))
 
+    def put_cells(self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int) -> None:
+        now = time.time()
+        rows = [(str(table), row, column, value, timestamp, 0, None, now) for column, value in cells.items()]
+
+        def write(conn: sqlite3.Connection) -> None:
+            with self._transaction(conn):
+                conn.executemany(_UPSERT, rows)
+
+        self._run(write)
+
     def delete(self, table: Table, row: str, column: str, *, timestamp: int) -> None:
         now = time.time()
         self._run(lambda c: c.execute(_UPSERT, (str(table), row, column, None, timestamp, 1, None, now)))

@@ -286,3 +286,14 @@ def test_store_url_parsing() -> None:
 def test_open_store_rejects_negative_options(tmp_path: object) -> None:
     with pytest.raises(ConfigurationError, match="busy_timeout"):
         open_store(f"sqlite:///{tmp_path}/x.db?busy_timeout=-1")
+
+
+def test_put_cells_writes_one_row_atomically_with_one_timestamp(store: CellStore) -> None:
+    row = fresh_row()
+    store.put_cells(Table.GLOBAL_TIME, row, {"value": "200", "source": "ok:a"}, timestamp=200)
+    cells = {c.column: c for c in store.read_row(Table.GLOBAL_TIME, row)}
+    assert {k: (c.value, c.timestamp) for k, c in cells.items()} == {"value": ("200", 200), "source": ("ok:a", 200)}
+    store.put_cells(Table.GLOBAL_TIME, row, {"value": "100", "source": "ok:b"}, timestamp=100)  # older: ignored
+    store.put(Table.GLOBAL_TIME, row, "source", "ok:c", timestamp=300)
+    cells = {c.column: c for c in store.read_row(Table.GLOBAL_TIME, row)}
+    assert cells["value"].value == "200" and cells["source"].value == "ok:c"  # each cell is still LWW

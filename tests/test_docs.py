@@ -1,0 +1,26 @@
+"""The README documents every setting each component reads, and its quick start is the two commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic_settings import BaseSettings
+
+from leasewatch.settings import LeasewatchSettings
+from lockclient.settings import ClientSettings, env_names
+from timesvc.settings import TimesvcSettings
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+@pytest.mark.parametrize("settings", [ClientSettings, TimesvcSettings, LeasewatchSettings])
+def test_every_setting_is_documented_in_the_readme(settings: type[BaseSettings]) -> None:
+    missing = sorted(name for name in env_names(settings) if f"`{name}`" not in README)
+    assert not missing, f"README does not document {missing}"
+
+
+def test_quick_start_is_make_up_and_make_test() -> None:
+    quick_start = README.split("## Quick start", 1)[1].split("```", 2)[1]
+    commands = [line.split("#")[0].strip() for line in quick_start.strip().splitlines()]
+    assert commands == ["make up", "make test"]
