@@ -209,9 +209,13 @@ class Watcher:
         owners = self.store.read_row(Table.OWNER, lock_id)
         queue = self.store.read_row(Table.QUEUE, lock_id, start=self._queue_start(lock_id))
         backoff = self.store.read_row(Table.BACKOFF_MAIN, lock_id)
+        shadow = self.store.read_row(Table.BACKOFF_SHADOW, lock_id)
         candidates = [(Table.OWNER, c) for c in owners if c.column not in leases]
         candidates += [(Table.QUEUE, c) for c in queue if c.value not in leases]
         candidates += [(Table.BACKOFF_MAIN, c) for c in backoff if c.column not in leases]
+        # A baseline contender that died between its shadow write and delete would block
+        # every later baseline attempt (ConcurrentAttempt forever).
+        candidates += [(Table.BACKOFF_SHADOW, c) for c in shadow if c.column not in leases]
         for table, cell in candidates:
             okey = (str(table), lock_id, cell.column)
             seen_orphans.add(okey)
@@ -226,7 +230,7 @@ class Watcher:
                     log.warning("orphan_cleared", lock_id=lock_id, table=str(table), column=cell.column)
                 del self._orphans[okey]
         # A lock with no state at all leaves the index after the window (cost follows live state).
-        if not row and not owners and not queue and not backoff:
+        if not row and not owners and not queue and not backoff and not shadow:
             first_idle = self._idle_locks.setdefault(lock_id, now)
             if now - first_idle > self.orphan_after:
                 from lockclient.locker import index_shard

@@ -446,6 +446,9 @@ class RemoteLocker:
         self._renewer.close()
         if self._owns_clock or self._owns_store:
             self.clock.close()
+        close_waker = getattr(self.waker, "close", None)
+        if self._owns_store and close_waker is not None:
+            close_waker()
         if self._owns_store:
             self.store.close()
 
@@ -508,8 +511,10 @@ class RemoteLocker:
         """Lease record first, then the index entry, then the queue cell (listing 5)."""
         while True:
             owner = make_owner()
-            now = self.clock.now_us()
+            # Start timing before asking for the time: a slow /now answer makes the ticket
+            # old too, and the bound below must cover it.
             taken = time.monotonic()
+            now = self.clock.now_us()
             ticket = make_ticket(now, owner)
             lease = Lease(store, lock_id, owner, ticket, self.lease, max_hold=max_hold)
             lease.create()
