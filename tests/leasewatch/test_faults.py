@@ -42,8 +42,9 @@ SLACK = 1.5
 """Seconds for the next contender to notice (its poll or long-poll) and to acquire (enqueue
 already done: head check, owner cell write and read, fencing bump on SQLite)."""
 BOUND = LEASE + SCAN + GRACE + SLACK
-EARLIEST = LEASE - LEASE / 3 + GRACE
-"""No revocation may come sooner after a kill: the last renewal was at most lease/3 before it."""
+EARLIEST = LEASE - LEASE / 3 + GRACE - 0.3
+"""No revocation may come sooner after a kill: the last renewal committed at most lease/3 (plus
+a late renewer's or a busy store's delay, allowed 0.3 s) before it."""
 
 ACTOR = Path(__file__).with_name("actor.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -241,7 +242,7 @@ def test_killed_holder_is_revoked_and_the_waiter_acquires_within_the_bound(clust
     acquired = waiter.held(timeout=BOUND + 10)
     took = latency(acquired, killed_at)
     print(f"dead holder: kill -> next holder {took:.3f}s (bound {BOUND:.1f}s)")
-    assert EARLIEST - 0.05 <= took <= BOUND, f"kill -> acquired took {took:.3f}s"
+    assert EARLIEST <= took <= BOUND, f"kill -> acquired took {took:.3f}s"
     assert acquired["token"] > held["token"]
     assert_released_ok(waiter)
 
@@ -359,7 +360,7 @@ def test_skewed_clients_are_neither_revoked_early_nor_kept_alive_late(cluster: C
     acquired = waiter.held(timeout=BOUND + 10)
     took = latency(acquired, killed_at)
     print(f"skew {skew}: kill -> next holder {took:.3f}s (bound {BOUND:.1f}s)")
-    assert EARLIEST - 0.05 <= took <= BOUND, f"kill -> acquired took {took:.3f}s"
+    assert EARLIEST <= took <= BOUND, f"kill -> acquired took {took:.3f}s"
     assert acquired["token"] > doomed_held["token"]
     assert_released_ok(waiter)
 
@@ -490,7 +491,7 @@ def test_two_replicas_revoke_each_dead_lease_exactly_once_and_spare_the_live_one
         acquired = waiter.held(timeout=BOUND + 10)
         took = latency(acquired, killed_at[name])
         print(f"two replicas, lock {name}: kill -> next holder {took:.3f}s (bound {BOUND:.1f}s)")
-        assert EARLIEST - 0.05 <= took <= BOUND, f"{name}: kill -> acquired took {took:.3f}s"
+        assert EARLIEST <= took <= BOUND, f"{name}: kill -> acquired took {took:.3f}s"
         assert acquired["token"] > dead_held[name]["token"]
     for waiter in waiters.values():
         assert_released_ok(waiter)

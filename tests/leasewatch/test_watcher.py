@@ -167,3 +167,18 @@ def test_scan_cost_follows_live_locks_not_history(store: CellStore, clock: FakeM
         report = w.scan()
         assert report.locks == 1 and report.leases == 1
         live.release()
+
+
+def test_two_watchers_racing_on_the_same_stale_value_revoke_once(store: CellStore, clock: FakeMonotonic) -> None:
+    locker = RemoteLocker(store, lease=2.0)
+    lock = locker.get_lock("race")
+    locker._renewer.remove(lock._lease)
+    raw = store.read_versioned("race")[lock.owner]
+    record = lock._lease._record
+    a, b = watcher(store, clock, "a"), watcher(store, clock, "b")
+    # Both observed the same version go stale and act at the same moment: one CAS wins.
+    assert a._revoke("race", lock.owner, raw, record, "stale", 3.0) is True
+    assert b._revoke("race", lock.owner, raw, record, "stale", 3.0) is False
+    assert a.revocations + b.revocations == 1
+    assert store.read_row(Table.OWNER, "race") == []
+    locker.close()
