@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Literal
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
@@ -155,7 +155,7 @@ class WaitHub:
             await asyncio.sleep(WAIT_POLL_S)
         self._locks.pop(lock_id, None)
 
-    async def wait(self, lock_id: str, after: str | None, timeout: float) -> WaitOut:
+    async def wait(self, lock_id: str, after: str | None, timeout: float, *, head_only: bool = False) -> WaitOut:
         awaited = self._locks.get(lock_id)
         if awaited is None:
             awaited = self._locks[lock_id] = _Awaited()
@@ -168,12 +168,27 @@ class WaitHub:
             assert awaited.state is not None
             start_state = awaited.state
             if after is not None and start_state[0] != after:
-                return WaitOut(changed=True, head=start_state[0], holders=list(start_state[1]))
+                # The poller's state may be one poll older than what the caller just read;
+                # answering "changed" from it would make the caller spin. Look again.
+                fresh = await asyncio.to_thread(self._read_state, lock_id)
+                if fresh != awaited.state:
+                    awaited.state = fresh
+                    async with awaited.changed:
+                        awaited.changed.notify_all()
+                start_state = fresh
+                if fresh[0] != after:
+                    return WaitOut(changed=True, head=fresh[0], holders=list(fresh[1]))
+
+            def changed() -> bool:
+                assert awaited.state is not None
+                return awaited.state[0] != start_state[0] if head_only else awaited.state != start_state
+
             async with awaited.changed:
                 with suppress(TimeoutError):
-                    await asyncio.wait_for(awaited.changed.wait_for(lambda: awaited.state != start_state), timeout)
+                    await asyncio.wait_for(awaited.changed.wait_for(changed), timeout)
             state = awaited.state or start_state
-            return WaitOut(changed=state != start_state, head=state[0], holders=list(state[1]))
+            moved = state[0] != start_state[0] if head_only else state != start_state
+            return WaitOut(changed=moved, head=state[0], holders=list(state[1]))
         finally:
             awaited.waiters -= 1
             self.metrics.waiters.dec()
@@ -362,11 +377,15 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         lock_id: LockIdPath,
         after: Annotated[str | None, Query(description="the queue head ticket the caller last saw")] = None,
         timeout: Annotated[float, Query(gt=0, le=MAX_WAIT_S, description="seconds to wait at most")] = 10.0,
+        watch: Annotated[
+            Literal["any", "head"],
+            Query(description="any: return when the head or the holder changes; head: only the head"),
+        ] = "any",
     ) -> WaitOut:
         validate_lock_id(lock_id)
         await service.ready()
         assert service.hub is not None
-        return await service.hub.wait(lock_id, after, timeout)
+        return await service.hub.wait(lock_id, after, timeout, head_only=watch == "head")
 
     @app.post("/locks/{lock_id:path}/revoke", response_model=RevokeOut, summary="Revoke the holder (admin)")
     async def revoke(

@@ -40,7 +40,14 @@ class LeasewatchWaker:
         try:
             response = self._client.get(
                 f"{self.url}/locks/{_quote(lock_id)}/wait",
-                params={"timeout": f"{max(timeout, 0.001):.3f}", **({"after": head} if head is not None else {})},
+                # A waiter behind the head only progresses when the head moves; the holder's
+                # owner cell disappears a moment *before* its queue cell, and waking on that
+                # would only cost a useless queue read.
+                params={
+                    "timeout": f"{max(timeout, 0.001):.3f}",
+                    "watch": "head",
+                    **({"after": head} if head is not None else {}),
+                },
                 timeout=httpx.Timeout(self._timeout + timeout),
             )
             response.raise_for_status()
