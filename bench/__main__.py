@@ -1,4 +1,4 @@
-"""``python -m bench [all|now|locks] [--quick] [--k K]`` — see bench/README.md."""
+"""``python -m bench [all|now|locks|leasewatch] [--quick] [--k K]`` — see bench/README.md."""
 
 from __future__ import annotations
 
@@ -17,7 +17,11 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description="chronolock benchmarks (DESIGN.md §9)")
     parser.add_argument(
-        "which", nargs="?", default="all", choices=["all", "now", "locks"], help="which benchmark (default: all)"
+        "which",
+        nargs="?",
+        default="all",
+        choices=["all", "now", "locks", "leasewatch"],
+        help="which benchmark (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite under ~2 minutes)")
     parser.add_argument(
@@ -40,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import locks
 
         locks.run(quick=args.quick, k=args.k)
+    if args.which in ("all", "leasewatch"):
+        from bench import leasewatch
+
+        leasewatch.run(quick=args.quick)
     print(f"[bench] done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 

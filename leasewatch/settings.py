@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from lockclient.settings import LoggingSettings, StoreSettings
+from lockclient.settings import LoggingSettings, StoreSettings, default_replica_id
 
 __all__ = ["LeasewatchSettings"]
-
-
-def _default_replica_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 class LeasewatchSettings(StoreSettings, LoggingSettings):
@@ -33,5 +26,5 @@ class LeasewatchSettings(StoreSettings, LoggingSettings):
         default=None, description="bearer token for POST /locks/{id}/revoke; unset = revoke endpoint refuses"
     )
     gc_interval: float = Field(default=300.0, gt=0, description="seconds between store garbage-collection passes")
-    replica_id: str = Field(default_factory=_default_replica_id, description="name reported in logs and events")
+    replica_id: str = Field(default_factory=default_replica_id, description="name reported in logs and events")
     shutdown_grace: float = Field(default=5.0, ge=0, description="s to finish in-flight requests on SIGTERM")

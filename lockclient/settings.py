@@ -8,6 +8,8 @@ that the manifests provide exactly what each settings class reads.
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -21,6 +23,11 @@ if TYPE_CHECKING:
 __all__ = ["ClientSettings", "LoggingSettings", "StoreSettings", "env_names", "settings_help"]
 
 DEFAULT_STORE_URL = "sqlite:///.chronolock/cells.db"
+
+
+def default_replica_id() -> str:
+    """``host-pid``: a replica name that is unique on a machine and readable in logs."""
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def _alias(name: str) -> AliasChoices:

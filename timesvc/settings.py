@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from lockclient.settings import LoggingSettings, StoreSettings
+from lockclient.settings import LoggingSettings, StoreSettings, default_replica_id
 
 __all__ = ["TimesvcSettings"]
-
-
-def _default_replica_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 class TimesvcSettings(StoreSettings, LoggingSettings):
@@ -28,5 +21,5 @@ class TimesvcSettings(StoreSettings, LoggingSettings):
     max_skew: float = Field(
         default=1.0, gt=0, description="s the local clock may run ahead of observed global time before it is runaway"
     )
-    replica_id: str = Field(default_factory=_default_replica_id, description="name reported in /now and logs")
+    replica_id: str = Field(default_factory=default_replica_id, description="name reported in /now and logs")
     shutdown_grace: float = Field(default=5.0, ge=0, description="s to finish in-flight requests on SIGTERM")
