@@ -76,7 +76,10 @@ class Waker(Protocol):
     """Cross-process wake-up hook: block until the lock's queue head or holder may have
     changed, or ``timeout`` elapses. leasewatch's ``/locks/{id}/wait`` implements it."""
 
-    def wait_for_change(self, lock_id: str, head: str | None, timeout: float) -> None: ...
+    def wait_for_change(self, lock_id: str, head: str | None, timeout: float) -> bool:
+        """Block until the head moves away from ``head`` or ``timeout`` elapses; return False
+        at once (without waiting) if the wake-up service is unavailable."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -586,7 +589,9 @@ class RemoteLocker:
                 # leasewatch answers when the head or holder changes: wait for that instead of
                 # polling (the back-off only bounds the wait, in case a wake-up is missed).
                 remaining = self.poll_max * 20 if deadline is None else max(0.0, deadline - time.monotonic())
-                self.waker.wait_for_change(lock_id, cells[0].column if cells else None, min(remaining, 5.0))
+                head = cells[0].column if cells else None
+                if not self.waker.wait_for_change(lock_id, head, min(remaining, 5.0)):
+                    self._signals.wait(lock_id, seen, wait, cancel)  # leasewatch away: back-off polling
             else:
                 self._signals.wait(lock_id, seen, wait, cancel)
 

@@ -170,3 +170,29 @@ def test_operator_page_shows_a_held_lock_in_a_real_browser(processes: Fleet, sql
     assert 'data-lock="printer:3rd-floor"' in dom
     assert lock.owner in dom
     assert '<div id="error"></div>' in dom  # the page loaded its data without an error
+
+
+def test_waiters_fall_back_to_polling_when_leasewatch_is_away(sqlite_url: str) -> None:
+    from tests.support.procs import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    wakers = [LeasewatchWaker(dead, timeout=0.5) for _ in range(3)]
+    lockers = [RemoteLocker(open_store(sqlite_url), lease=5, owns_store=True, waker=w) for w in wakers]
+    done: list[int] = []
+
+    def worker(locker: RemoteLocker) -> None:
+        for _ in range(8):
+            with locker.get_lock("no-leasewatch", timeout=60) as lock:
+                done.append(lock.fencing_token)
+                threading.Event().wait(0.02)
+
+    threads = [threading.Thread(target=worker, args=(lk,)) for lk in lockers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert sorted(done) == list(range(1, 25))
+    assert sum(w.fallbacks for w in wakers) > 0 and sum(w.wakeups for w in wakers) == 0
+    for lk in lockers:
+        lk.close()
