@@ -207,8 +207,15 @@ class Leasewatch:
         self.last_scan_ok: bool | None = None
         self.last_scan_at: float | None = None
         self.last_error: str | None = None
+        self._open_lock = asyncio.Lock()
 
     async def ready(self) -> Watcher:
+        if self.watcher is not None:
+            return self.watcher
+        async with self._open_lock:  # concurrent first requests must not open two stores
+            return await self._open()
+
+    async def _open(self) -> Watcher:
         if self.watcher is None:
             if self._store is None:
                 self._store = await asyncio.to_thread(self.settings.open_store)

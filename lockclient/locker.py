@@ -340,7 +340,13 @@ class RemoteLocker:
             waker = LeasewatchWaker(settings.leasewatch_url, timeout=settings.http_timeout)
         kwargs: dict[str, Any] = {"lease": settings.lease, "waker": waker, "owns_store": True}
         kwargs.update(overrides)
-        return cls(store, clock, **kwargs)
+        try:
+            return cls(store, clock, **kwargs)
+        except BaseException:
+            store.close()
+            if clock is not None:
+                clock.close()
+            raise
 
     # -- public API ----------------------------------------------------------------------
 
