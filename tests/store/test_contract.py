@@ -8,6 +8,8 @@ import time
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lockclient.errors import ConfigurationError
 from lockclient.store import CellStore, Table, open_store, parse_store_url
@@ -297,3 +299,44 @@ def test_put_cells_writes_one_row_atomically_with_one_timestamp(store: CellStore
     store.put(Table.GLOBAL_TIME, row, "source", "ok:c", timestamp=300)
     cells = {c.column: c for c in store.read_row(Table.GLOBAL_TIME, row)}
     assert cells["value"].value == "200" and cells["source"].value == "ok:c"  # each cell is still LWW
+
+
+# -- property: the adapter reconciles exactly like Cassandra's rules ------------------------------
+
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "delete"]),
+        st.sampled_from(["a", "b", "c"]),  # few columns: many collisions
+        st.integers(1, 6),  # few timestamps: many ties
+        st.sampled_from(["x", "y", "z"]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _model(ops: list[tuple[str, str, int, str]]) -> dict[str, tuple[str, int]]:
+    """Cassandra's reconciliation: higher timestamp wins; at a tie a tombstone beats a live
+    cell and the larger value beats the smaller. Returns the live cells."""
+    best: dict[str, tuple[int, int, str]] = {}
+    for op, col, ts, value in ops:
+        candidate = (ts, 1 if op == "delete" else 0, "" if op == "delete" else value)
+        current = best.get(col)
+        if current is None or candidate > current:
+            best[col] = candidate
+    return {col: (v, ts) for col, (ts, dead, v) in best.items() if not dead}
+
+
+@given(ops=_ops)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_sequence_of_writes_ends_in_the_state_cassandra_would_reach(
+    store: CellStore, ops: list[tuple[str, str, int, str]]
+) -> None:
+    row = fresh_row()
+    for op, col, ts, value in ops:
+        if op == "put":
+            store.put(Table.OWNER, row, col, value, timestamp=ts)
+        else:
+            store.delete(Table.OWNER, row, col, timestamp=ts)
+    got = {c.column: (c.value, c.timestamp) for c in store.read_row(Table.OWNER, row)}
+    assert got == _model(ops)
