@@ -21,6 +21,7 @@ with one event loop, so on a 2-core box the server gets the other core.
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -228,9 +229,16 @@ def _markdown(data: dict[str, Any]) -> str:
         "",
         f"Closed loop: {cfg['connections']} aiohttp connections, {cfg['point_s']:g} s per point, "
         f"{cfg['rounds']} alternating rounds (bare, now, …); median reported. "
-        f"Client: one process, one {data['client_loop']} event loop, **on the same {data['machine']['cpus']} cores "
-        "as the server**, so the numbers are a lower bound for the server. CPU columns: share of one core used by "
-        "the server process, the load generator, and everything else on the machine during the point.",
+        f"Client: one process, one {data['client_loop']} event loop"
+        + (
+            f", pinned to CPU {data['pinning']['client_cpu']} while the server is pinned to CPU "
+            f"{data['pinning']['server_cpu']} (each on its own core of the {data['machine']['cpus']}). "
+            if data.get("pinning")
+            else f", **on the same {data['machine']['cpus']} cores as the server**, so the numbers are a lower "
+            "bound for the server. "
+        )
+        + "CPU columns: share of one core used by the server process, the load generator, and everything else on "
+        "the machine during the point.",
         "",
         markdown_table(
             [
@@ -338,7 +346,19 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         with fleet(workdir) as f:
             proc = f.timesvc(f"sqlite:///{workdir / 'one.db'}", "bench-now-1")
             proc.wait_ready()
-            data["one_replica"] = run_async(lambda: _one_replica(cfg, proc))
+            # Keep the system under test and the load generator off each other's core
+            # (standard load-test hygiene): the server on one CPU, this process on another.
+            cpus = sorted(os.sched_getaffinity(0))
+            pinned = len(cpus) >= 2
+            if pinned:
+                os.sched_setaffinity(proc.pid, {cpus[0]})
+                os.sched_setaffinity(0, {cpus[1]})
+            data["pinning"] = {"server_cpu": cpus[0], "client_cpu": cpus[1]} if pinned else None
+            try:
+                data["one_replica"] = run_async(lambda: _one_replica(cfg, proc))
+            finally:
+                if pinned:
+                    os.sched_setaffinity(0, set(cpus))
         with fleet(workdir) as f:
             store = f"sqlite:///{workdir / 'three.db'}"
             procs = [f.timesvc(store, f"bench-now-3-{i}") for i in range(3)]

@@ -173,14 +173,16 @@ class SQLiteStore(CellStore):
         self._run(lambda c: c.execute(_UPSERT, (str(table), row, column, value, timestamp, 0, expires, now)))
 
     def put_cells(self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int) -> None:
+        if not cells:
+            return
         now = time.time()
-        rows = [(str(table), row, column, value, timestamp, 0, None, now) for column, value in cells.items()]
-
-        def write(conn: sqlite3.Connection) -> None:
-            with self._transaction(conn):
-                conn.executemany(_UPSERT, rows)
-
-        self._run(write)
+        # One multi-row upsert: a single statement is atomic on its own (the GlobalTime hot path).
+        values = ", ".join(["(?, ?, ?, ?, ?, 0, NULL, ?)"] * len(cells))
+        sql = _UPSERT.replace("VALUES (?, ?, ?, ?, ?, ?, ?, ?)", f"VALUES {values}")
+        params: list[object] = []
+        for column, value in cells.items():
+            params += [str(table), row, column, value, timestamp, now]
+        self._run(lambda c: c.execute(sql, params))
 
     def delete(self, table: Table, row: str, column: str, *, timestamp: int) -> None:
         now = time.time()
