@@ -1,0 +1,48 @@
+"""lockclient.clock against real timesvc replicas: fail-over, the monotonic floor, clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lockclient import ConfigurationError, TimeServiceUnavailable
+from lockclient.clock import AsyncTimeServiceClock, TimeServiceClock
+from tests.support.procs import Fleet, free_port
+
+pytestmark = pytest.mark.slow
+
+
+def test_fails_over_between_replicas_and_never_goes_back(processes: Fleet, sqlite_url: str) -> None:
+    a, b = processes.timesvc(sqlite_url, name="a"), processes.timesvc(sqlite_url, name="b")
+    a.wait_ready()
+    b.wait_ready()
+    dead = f"http://127.0.0.1:{free_port()}"
+    clock = TimeServiceClock([dead, a.url, b.url], timeout=1.0)
+    values = [clock.now_us() for _ in range(5)]  # the dead replica is skipped
+    a.kill()
+    values += [clock.now_us() for _ in range(5)]  # fails over to b
+    assert values == sorted(values) and len(set(values)) > 1
+    b.kill()
+    with pytest.raises(TimeServiceUnavailable, match="no timesvc replica answered") as info:
+        clock.now_us()
+    assert dead in str(info.value) and b.url in str(info.value)
+    clock.close()
+
+
+def test_async_clock_and_bad_urls(processes: Fleet, sqlite_url: str) -> None:
+    replica = processes.timesvc(sqlite_url, name="r")
+    replica.wait_ready()
+
+    async def scenario() -> list[int]:
+        clock = AsyncTimeServiceClock([replica.url])
+        try:
+            return [await clock.anow_us() for _ in range(5)]
+        finally:
+            await clock.aclose()
+
+    values = asyncio.run(scenario())
+    assert values == sorted(values)
+    for bad in ("", "ftp://x", " , "):
+        with pytest.raises(ConfigurationError):
+            TimeServiceClock(bad)
