@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -74,6 +73,36 @@ def _parse_now(response: httpx.Response, url: str) -> int:
     return value
 
 
+class _Replicas:
+    """What both timesvc clocks share: the URL list, which replica answered last, the floor,
+    and the fail-over order and errors."""
+
+    def __init__(self, urls: str | Sequence[str], timeout: float) -> None:
+        if timeout <= 0:
+            raise ConfigurationError(f"timeout must be positive, got {timeout}")
+        self.urls = parse_timesvc_urls(urls)
+        self.preferred = 0
+        self.floor = _Floor()
+
+    def order(self) -> list[tuple[int, str]]:
+        """The replica that answered last first, then the others in turn."""
+        n = len(self.urls)
+        return [((self.preferred + i) % n, self.urls[(self.preferred + i) % n]) for i in range(n)]
+
+    def answered(self, index: int, value: int, errors: list[str]) -> int:
+        if index != self.preferred:
+            log.info("timesvc_failover", to=self.urls[index], errors=errors)
+            self.preferred = index
+        return self.floor.apply(value)
+
+    @staticmethod
+    def failed(errors: list[str]) -> TimeServiceUnavailable:
+        return TimeServiceUnavailable("no timesvc replica answered: " + "; ".join(errors))
+
+
+_FAILOVER_ERRORS = (httpx.HTTPError, TimeServiceUnavailable)
+
+
 class TimeServiceClock:
     """Global time from one or more timesvc replicas, with fail-over.
 
@@ -85,29 +114,20 @@ class TimeServiceClock:
     def __init__(
         self, urls: str | Sequence[str], *, timeout: float = 2.0, transport: httpx.BaseTransport | None = None
     ):
-        if timeout <= 0:
-            raise ConfigurationError(f"timeout must be positive, got {timeout}")
-        self.urls = parse_timesvc_urls(urls)
+        self._replicas = _Replicas(urls, timeout)
+        self.urls = self._replicas.urls
         self._client = httpx.Client(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
-        self._preferred = 0
-        self._floor = _Floor()
 
     def now_us(self) -> int:
         errors: list[str] = []
-        start = self._preferred
-        for i in range(len(self.urls)):
-            index = (start + i) % len(self.urls)
-            url = self.urls[index]
+        for index, url in self._replicas.order():
             try:
                 value = _parse_now(self._client.get(f"{url}/now"), url)
-            except (httpx.HTTPError, TimeServiceUnavailable) as exc:
+            except _FAILOVER_ERRORS as exc:
                 errors.append(f"{url}: {exc or type(exc).__name__}")
                 continue
-            if index != self._preferred:
-                log.info("timesvc_failover", to=url, errors=errors)
-                self._preferred = index
-            return self._floor.apply(value)
-        raise TimeServiceUnavailable("no timesvc replica answered: " + "; ".join(errors))
+            return self._replicas.answered(index, value, errors)
+        raise self._replicas.failed(errors)
 
     def close(self) -> None:
         self._client.close()
@@ -119,27 +139,20 @@ class AsyncTimeServiceClock:
     def __init__(
         self, urls: str | Sequence[str], *, timeout: float = 2.0, transport: httpx.AsyncBaseTransport | None = None
     ):
-        if timeout <= 0:
-            raise ConfigurationError(f"timeout must be positive, got {timeout}")
-        self.urls = parse_timesvc_urls(urls)
+        self._replicas = _Replicas(urls, timeout)
+        self.urls = self._replicas.urls
         self._client = httpx.AsyncClient(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
-        self._preferred = 0
-        self._floor = _Floor()
 
     async def anow_us(self) -> int:
         errors: list[str] = []
-        start = self._preferred
-        for i in range(len(self.urls)):
-            index = (start + i) % len(self.urls)
-            url = self.urls[index]
+        for index, url in self._replicas.order():
             try:
                 value = _parse_now(await self._client.get(f"{url}/now"), url)
-            except (httpx.HTTPError, TimeServiceUnavailable) as exc:
+            except _FAILOVER_ERRORS as exc:
                 errors.append(f"{url}: {exc or type(exc).__name__}")
                 continue
-            self._preferred = index
-            return self._floor.apply(value)
-        raise TimeServiceUnavailable("no timesvc replica answered: " + "; ".join(errors))
+            return self._replicas.answered(index, value, errors)
+        raise self._replicas.failed(errors)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -173,8 +186,3 @@ class StoreClock:
 
     def close(self) -> None:
         """The store belongs to the caller; nothing to release."""
-
-
-def monotonic_deadline(timeout: float | None) -> float | None:
-    """A deadline on the monotonic clock (never the wall clock), or None for no timeout."""
-    return None if timeout is None else time.monotonic() + timeout

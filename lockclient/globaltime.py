@@ -170,13 +170,6 @@ class GlobalTimeUpdater:
         """True when the last run rejected the local clock."""
         return self._runaway
 
-    def estimate_us(self) -> int | None:
-        """``observed + elapsed``: the global time this replica can vouch for right now."""
-        with self._lock:
-            if self._observed_us is None:
-                return None
-            return self._observed_us + (self._monotonic_ns() - self._observed_at_ns) // 1_000
-
     def update(self) -> UpdateResult:
         """Run TryUpdateGlobalTime once: read the cell, maybe publish, return a persisted time."""
         with self._lock:
