@@ -45,6 +45,7 @@ log = get_logger("leasewatch")
 WAIT_POLL_S = 0.01
 """How often the shared poller of an awaited lock reads its head and holder."""
 MAX_WAIT_S = 30.0
+WATERMARK_REFRESH_S = 1.0
 
 
 class LeaseOut(BaseModel):
@@ -125,6 +126,10 @@ class _Awaited:
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     waiters: int = 0
     task: asyncio.Task[None] | None = None
+    queue_start: str = ""
+    """Where the head read starts: the lock's watermark, re-read at most once a second. It only
+    ever moves forward, so a cached (lower) value is always safe — it just starts earlier."""
+    queue_start_read_at: float = float("-inf")
 
 
 class WaitHub:
@@ -134,15 +139,19 @@ class WaitHub:
         self.metrics = metrics
         self._locks: dict[str, _Awaited] = {}
 
-    def _read_state(self, lock_id: str) -> tuple[str | None, tuple[str, ...]]:
-        head = self.store.read_row(Table.QUEUE, lock_id, start=self.watcher._queue_start(lock_id), limit=1)
+    def _read_state(self, lock_id: str, awaited: _Awaited) -> tuple[str | None, tuple[str, ...]]:
+        now = time.monotonic()
+        if now - awaited.queue_start_read_at > WATERMARK_REFRESH_S:
+            awaited.queue_start = self.watcher._queue_start(lock_id)
+            awaited.queue_start_read_at = now
+        head = self.store.read_row(Table.QUEUE, lock_id, start=awaited.queue_start, limit=1)
         holders = self.store.read_row(Table.OWNER, lock_id, limit=2)
         return (head[0].column if head else None, tuple(c.column for c in holders))
 
     async def _poll(self, lock_id: str, awaited: _Awaited) -> None:
         while awaited.waiters > 0:
             try:
-                state = await asyncio.to_thread(self._read_state, lock_id)
+                state = await asyncio.to_thread(self._read_state, lock_id, awaited)
                 self.metrics.wait_polls.inc()
             except StoreError as exc:
                 log.warning("wait_poll_failed", lock_id=lock_id, error=str(exc))
@@ -163,14 +172,14 @@ class WaitHub:
         self.metrics.waiters.inc()
         try:
             if awaited.task is None or awaited.task.done():
-                awaited.state = await asyncio.to_thread(self._read_state, lock_id)
+                awaited.state = await asyncio.to_thread(self._read_state, lock_id, awaited)
                 awaited.task = asyncio.create_task(self._poll(lock_id, awaited))
             assert awaited.state is not None
             start_state = awaited.state
             if after is not None and start_state[0] != after:
                 # The poller's state may be one poll older than what the caller just read;
                 # answering "changed" from it would make the caller spin. Look again.
-                fresh = await asyncio.to_thread(self._read_state, lock_id)
+                fresh = await asyncio.to_thread(self._read_state, lock_id, awaited)
                 if fresh != awaited.state:
                     awaited.state = fresh
                     async with awaited.changed:
