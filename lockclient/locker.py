@@ -207,9 +207,26 @@ class RemoteLock:
         return self._lease.lost_reason
 
     @property
+    def lease(self) -> float:
+        """The lease length in seconds."""
+        return self._lease.lease
+
+    @property
+    def valid_until(self) -> float:
+        """``time.monotonic()`` value after which this holder must consider the lease lost:
+        the start of its last successful renewal plus the lease length. leasewatch never
+        revokes before this moment (DESIGN.md §6). Computed when asked."""
+        return self._lease.renewed_at + self._lease.lease
+
+    @property
     def held(self) -> bool:
-        """True while acquired, not released and not lost."""
-        return not self.released and not self._lease.lost.is_set()
+        """True while acquired, not released, not lost and the lease still valid *now*."""
+        if self.released or self._lease.lost.is_set():
+            return False
+        if time.monotonic() >= self.valid_until:
+            self._lease.check_expiry()
+            return False
+        return True
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(reason)`` (in its own thread) when the lock is lost; at once if it already is."""
