@@ -5,11 +5,17 @@ The lifespan opens the store, starts the scan job (APScheduler, every
 
 * ``GET /locks`` and ``GET /locks/{id}`` — holder, fencing token, queue in order,
   lease ages *as this watcher observed them*;
-* ``GET /locks/{id}/wait?after=<head ticket>&timeout=<s>`` — long-poll that
-  answers when the queue head or the holder changes. One poller per awaited
-  lock id serves every waiter of it, so N waiters cost the store one read pair
-  per poll instead of N (the thesis' "feedback mechanism" Cassandra lacks);
-* ``POST /locks/{id}/revoke`` — operator revocation, bearer token required;
+* ``GET /wait/{id}?gone=<ticket>`` or ``?holder=<owner>`` — long-poll that answers
+  when that queue cell is gone (a waiter watches the one ahead of it) or the holder
+  changes (the first in line watches the holder). One poller per awaited lock id
+  serves every waiter of it, so N waiters cost the store one read pair per poll
+  instead of N (the thesis' "feedback mechanism" Cassandra lacks);
+* ``POST /notify/{id}`` — a client released or withdrew: poll that lock now, so the
+  next waiter is answered at once rather than at the next poll;
+* ``POST /revoke/{id}`` — operator revocation, bearer token required;
+
+Actions put the lock id last (``/wait/{id}``, not ``/locks/{id}/wait``): a lock id may
+contain ``/``, and ``/locks/{id}`` only ever shows a lock.
 * ``/healthz``, ``/readyz``, ``/metrics``, OpenAPI at ``/docs``, and a small page at ``/``.
 """
 
@@ -23,7 +29,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Annotated, Literal
+from typing import Annotated
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
@@ -34,9 +40,11 @@ from pydantic import BaseModel, Field
 from leasewatch.settings import LeasewatchSettings
 from leasewatch.watcher import LockView, Revocation, Watcher
 from lockclient.errors import ChronolockError, InvalidLockId, StoreError
+from lockclient.lease import HOLDER_COLUMN, HolderRecord
 from lockclient.lockid import validate_lock_id
 from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table
+from lockclient.wake import Watch
 
 __all__ = ["create_app"]
 
@@ -119,52 +127,89 @@ class Metrics:
 
 
 @dataclass
+class _LockState:
+    """What waiters of one lock watch: the live queue cells (tickets) and the holder."""
+
+    tickets: frozenset[str]
+    head: str | None
+    holder: str
+    """The holder's owner id ("" when nobody holds the lock)."""
+
+
+@dataclass
 class _Awaited:
     """One lock id that someone is waiting on, and its single poller."""
 
-    state: tuple[str | None, tuple[str, ...]] | None = None
+    state: _LockState | None = None
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    poll_now: asyncio.Event = field(default_factory=asyncio.Event)
     waiters: int = 0
     task: asyncio.Task[None] | None = None
     queue_start: str = ""
-    """Where the head read starts: the lock's watermark, re-read at most once a second. It only
+    """Where the queue read starts: the lock's watermark, re-read at most once a second. It only
     ever moves forward, so a cached (lower) value is always safe — it just starts earlier."""
     queue_start_read_at: float = float("-inf")
 
 
 class WaitHub:
+    """Long-polls for waiters: one poller per awaited lock id, woken early by ``notify``."""
+
     def __init__(self, store: CellStore, watcher: Watcher, metrics: Metrics) -> None:
         self.store = store
         self.watcher = watcher
         self.metrics = metrics
         self._locks: dict[str, _Awaited] = {}
 
-    def _read_state(self, lock_id: str, awaited: _Awaited) -> tuple[str | None, tuple[str, ...]]:
+    def _read_state(self, lock_id: str, awaited: _Awaited) -> _LockState:
         now = time.monotonic()
         if now - awaited.queue_start_read_at > WATERMARK_REFRESH_S:
             awaited.queue_start = self.watcher._queue_start(lock_id)
             awaited.queue_start_read_at = now
-        head = self.store.read_row(Table.QUEUE, lock_id, start=awaited.queue_start, limit=1)
-        holders = self.store.read_row(Table.OWNER, lock_id, limit=2)
-        return (head[0].column if head else None, tuple(c.column for c in holders))
+        cells = self.store.read_row(Table.QUEUE, lock_id, start=awaited.queue_start)
+        row = self.store.read_versioned(lock_id, serial=False)
+        raw = row.get(HOLDER_COLUMN)
+        holder = ""
+        if raw is not None:
+            try:
+                holder = HolderRecord.decode(raw).owner
+            except StoreError:
+                holder = "?"
+        tickets = frozenset(c.column for c in cells)
+        return _LockState(tickets, cells[0].column if cells else None, holder)
+
+    async def _refresh(self, lock_id: str, awaited: _Awaited) -> None:
+        state = await asyncio.to_thread(self._read_state, lock_id, awaited)
+        self.metrics.wait_polls.inc()
+        if state != awaited.state:
+            awaited.state = state
+            async with awaited.changed:
+                awaited.changed.notify_all()
 
     async def _poll(self, lock_id: str, awaited: _Awaited) -> None:
-        while awaited.waiters > 0:
-            try:
-                state = await asyncio.to_thread(self._read_state, lock_id, awaited)
-                self.metrics.wait_polls.inc()
-            except StoreError as exc:
-                log.warning("wait_poll_failed", lock_id=lock_id, error=str(exc))
-                await asyncio.sleep(0.5)
-                continue
-            if state != awaited.state:
-                awaited.state = state
-                async with awaited.changed:
-                    awaited.changed.notify_all()
-            await asyncio.sleep(WAIT_POLL_S)
-        self._locks.pop(lock_id, None)
+        try:
+            while awaited.waiters > 0:
+                awaited.poll_now.clear()
+                try:
+                    await self._refresh(lock_id, awaited)
+                except StoreError as exc:
+                    log.warning("wait_poll_failed", lock_id=lock_id, error=str(exc))
+                    await asyncio.sleep(0.5)
+                    continue
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(awaited.poll_now.wait(), WAIT_POLL_S)
+        finally:
+            if self._locks.get(lock_id) is awaited and awaited.waiters == 0:
+                del self._locks[lock_id]
 
-    async def wait(self, lock_id: str, after: str | None, timeout: float, *, head_only: bool = False) -> WaitOut:
+    def notify(self, lock_id: str) -> bool:
+        """A client changed the lock (released, withdrew): poll it now. False if nobody waits."""
+        awaited = self._locks.get(lock_id)
+        if awaited is None:
+            return False
+        awaited.poll_now.set()
+        return True
+
+    async def wait(self, lock_id: str, watch: Watch, timeout: float) -> WaitOut:
         awaited = self._locks.get(lock_id)
         if awaited is None:
             awaited = self._locks[lock_id] = _Awaited()
@@ -172,35 +217,33 @@ class WaitHub:
         self.metrics.waiters.inc()
         try:
             if awaited.task is None or awaited.task.done():
-                awaited.state = await asyncio.to_thread(self._read_state, lock_id, awaited)
+                # Created in the same step as the entry (no await in between): one poller per id.
                 awaited.task = asyncio.create_task(self._poll(lock_id, awaited))
-            assert awaited.state is not None
-            start_state = awaited.state
-            if after is not None and start_state[0] != after:
-                # The poller's state may be one poll older than what the caller just read;
-                # answering "changed" from it would make the caller spin. Look again.
-                fresh = await asyncio.to_thread(self._read_state, lock_id, awaited)
-                if fresh != awaited.state:
-                    awaited.state = fresh
-                    async with awaited.changed:
-                        awaited.changed.notify_all()
-                start_state = fresh
-                if fresh[0] != after:
-                    return WaitOut(changed=True, head=fresh[0], holders=list(fresh[1]))
 
-            def changed() -> bool:
-                assert awaited.state is not None
-                return awaited.state[0] != start_state[0] if head_only else awaited.state != start_state
+            def done() -> bool:
+                return awaited.state is not None and _moved(awaited.state, watch)
 
+            if awaited.state is None or done():
+                # No state yet, or it says "changed" but may be older than what the caller saw
+                # (answering from it would make the caller look again for nothing): read now.
+                await self._refresh(lock_id, awaited)
             async with awaited.changed:
                 with suppress(TimeoutError):
-                    await asyncio.wait_for(awaited.changed.wait_for(changed), timeout)
-            state = awaited.state or start_state
-            moved = state[0] != start_state[0] if head_only else state != start_state
-            return WaitOut(changed=moved, head=state[0], holders=list(state[1]))
+                    await asyncio.wait_for(awaited.changed.wait_for(done), timeout)
+            state = awaited.state
+            assert state is not None
+            return WaitOut(
+                changed=_moved(state, watch), head=state.head, holders=[state.holder] if state.holder else []
+            )
         finally:
             awaited.waiters -= 1
             self.metrics.waiters.dec()
+
+
+def _moved(state: _LockState, watch: Watch) -> bool:
+    if watch.kind == "gone":
+        return watch.value not in state.tickets
+    return state.holder != watch.value
 
 
 class Leasewatch:
@@ -387,23 +430,36 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
 
         return await asyncio.to_thread(collect)
 
-    @app.get("/locks/{lock_id:path}/wait", response_model=WaitOut, summary="Long-poll for a head or holder change")
+    @app.get(
+        "/wait/{lock_id:path}",
+        response_model=WaitOut,
+        summary="Long-poll until a queue cell is gone or the holder changes",
+    )
     async def wait(
         service: ServiceDep,
         lock_id: LockIdPath,
-        after: Annotated[str | None, Query(description="the queue head ticket the caller last saw")] = None,
+        gone: Annotated[str | None, Query(description="return when this queue cell (a ticket) is gone")] = None,
+        holder: Annotated[
+            str | None, Query(description="return when the holder is no longer this owner ('' = nobody)")
+        ] = None,
         timeout: Annotated[float, Query(gt=0, le=MAX_WAIT_S, description="seconds to wait at most")] = 10.0,
-        watch: Annotated[
-            Literal["any", "head"],
-            Query(description="any: return when the head or the holder changes; head: only the head"),
-        ] = "any",
     ) -> WaitOut:
+        validate_lock_id(lock_id)
+        if (gone is None) == (holder is None):
+            raise HTTPException(422, "give exactly one of gone=<ticket> or holder=<owner>")
+        watch = Watch("gone", gone) if gone is not None else Watch("holder", holder or "")
+        await service.ready()
+        assert service.hub is not None
+        return await service.hub.wait(lock_id, watch, timeout)
+
+    @app.post("/notify/{lock_id:path}", status_code=202, summary="A client changed this lock: wake its waiters now")
+    async def notify(service: ServiceDep, lock_id: LockIdPath) -> dict[str, bool]:
         validate_lock_id(lock_id)
         await service.ready()
         assert service.hub is not None
-        return await service.hub.wait(lock_id, after, timeout, head_only=watch == "head")
+        return {"waiters": service.hub.notify(lock_id)}
 
-    @app.post("/locks/{lock_id:path}/revoke", response_model=RevokeOut, summary="Revoke the holder (admin)")
+    @app.post("/revoke/{lock_id:path}", response_model=RevokeOut, summary="Revoke the holder (admin)")
     async def revoke(
         service: ServiceDep,
         lock_id: LockIdPath,

@@ -1,37 +1,41 @@
 """The lease watcher: revocation by observation, not by TTL (DESIGN.md §6).
 
-Staleness is judged the way Kubernetes leader election judges it: the
-watcher remembers, **on its own monotonic clock**, when it last saw each lease
-record *change*. Holders and waiters renew by compare-and-set (``v -> v+1``),
-so a live lease changes every ``lease/3``. A record unchanged for longer than
-its lease length plus a grace is stale. No wall clock of one machine is ever
-compared with another's, and no TTL decides anything — the thesis needed a
-15-minute TTL because cells vanished when node clocks drifted apart by more
-than the TTL.
+Staleness is judged the way Kubernetes leader election judges it: the watcher
+remembers, **on its own monotonic clock**, when it first saw each lease's current
+value. A holder renews its record (``~holder`` in the lock's lease row) by
+compare-and-set every ``lease/3``; a waiter rewrites its queue cell as often. A value
+unchanged for longer than its lease length plus a grace is stale. No wall clock of one
+machine is ever compared with another's, and no TTL decides anything — the thesis
+needed a 15-minute TTL because cells vanished when node clocks drifted apart.
 
-Revocation is ``delete the record if it still holds the value I watched go
-stale`` — compare-and-set again — so:
+**When an observation is stamped.** The stamp is taken when the read that returned
+the value has *completed*. A read that stalls (GC, a slow replica, a retried timeout)
+may return a value written during the stall; stamping it with a time taken before the
+read would date it too early and revoke up to the stall's length before the holder's
+own deadline. Stamped after the read, the stamp is never earlier than the renewal
+that wrote the value, so the watcher revokes no earlier than ``renewal start + lease
++ grace`` by its clock, while the holder gives up at ``renewal start + lease`` by its
+own: the holder has always given up first, as long as the two clocks' rates differ by
+less than ``grace / (2 * lease)`` (e.g. 10 % with the defaults, lease 10 s, grace 2 s).
 
-* a watcher paused between its observation and its action cannot revoke a
-  holder that renewed meanwhile (the value differs, the delete does not apply);
-* a freshly started watcher has no observations: the first sighting starts the
-  clock, so it revokes nothing until it has watched a lease for a full length;
-* several watchers may run: only one compare-and-set can win, the others see
-  "not applied", and the cell deletions that follow are idempotent.
+**Revoking a holder** is ``delete ~holder if it still holds the value I watched go
+stale`` — a compare-and-set — so a watcher paused between its observation and its
+action cannot revoke a holder that renewed meanwhile, and several watchers may run:
+only one compare-and-set can win. Then its queue cell is deleted.
 
-Only after the record is revoked are the owner's owner cell and queue cell
-deleted, with ``writetime(cell) + 1`` — a timestamp that provably beats the
-cell, whatever this machine's clock says (DESIGN.md "timestamps rule").
+**Revoking a waiter** deletes its queue cell with a timestamp well above the cell's
+(``writetime + 1 h``): its later renewals can never bring it back, so a waiter that
+was only slow finds its cell gone at its next look and queues again. A waiter
+wrongly revoked loses its place, never safety.
 
-**Orphans** — queue or owner cells whose lease record does not exist (a
-writer that crashed between its writes, a record lost to an operator) — are
-found the same way: first sighting starts the clock, and after the orphan
-window they are deleted, so no cell can block a lock forever.
+**Orphans** — cells nobody renews that are not leases (a baseline contender's shadow
+or main cell without a holder record, a malformed cell) — are cleared after the
+orphan window, so no cell can block a lock forever.
 
-**Cost**: the scan reads the lock index (64 shard rows of lock ids with live
-state) and, per listed lock, its lease row, owner row and the queue from its
-watermark. Lock ids whose state is gone are dropped from the index after the
-orphan window, so the work grows with live leases, not with history.
+**Cost**: a scan reads the lock index (64 shard rows of lock ids with live state) and,
+per listed lock, its lease row (a plain read, no Paxos round), its queue from the
+watermark and the two baseline rows. A lock id whose state is gone leaves the index
+after the orphan window, so the work grows with live locks, not with history.
 """
 
 from __future__ import annotations
@@ -44,21 +48,26 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from lockclient.errors import StoreError
-from lockclient.lease import FENCE_COLUMN, LeaseRecord, parse_fence
-from lockclient.locker import INDEX_SHARDS
-from lockclient.lockid import make_ticket
+from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HolderRecord, WaiterRecord, parse_fence
+from lockclient.lockid import INDEX_SHARDS, index_shard, make_ticket
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
+from lockclient.watermark import parse_marks
 
-__all__ = ["LeaseView", "LockView", "Revocation", "ScanReport", "Watcher"]
+__all__ = ["REVOKED_CELL_SHADOW_US", "LeaseView", "LockView", "Revocation", "ScanReport", "Watcher"]
 
 log = get_logger("leasewatch")
+
+REVOKED_CELL_SHADOW_US = 3_600_000_000
+"""A revoked waiter's queue cell is deleted this far above its write timestamp: no renewal
+the waiter sends before it notices can resurrect it (ticket columns are unique per attempt,
+so nothing else is ever shadowed)."""
 
 
 @dataclass
 class _Observation:
     value: str
-    changed_at: float  # watcher's monotonic clock
+    changed_at: float  # watcher's monotonic clock, taken after the read that saw the value
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,7 @@ class LeaseView:
     lease: float
     holding: bool
     observed_age: float | None
-    """Seconds since this watcher last saw the record change (None: not seen yet)."""
+    """Seconds since this watcher last saw the lease change (None: not seen yet)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +101,7 @@ class LockView:
     fencing_token: int
     fencing_owner: str
     queue: list[tuple[str, str]]
-    """(ticket, owner) in order."""
+    """(ticket, owner) in order; the holder's cell first while it holds."""
     leases: dict[str, LeaseView]
     head: str | None
 
@@ -107,12 +116,20 @@ class ScanReport:
     errors: list[str] = field(default_factory=list)
 
 
-def _cell_map(cells: list[Cell]) -> dict[str, Cell]:
-    return {c.column: c for c in cells}
+@dataclass
+class _LockState:
+    """One lock's cells as one scan read them."""
+
+    holder_raw: str | None
+    holder: HolderRecord | None
+    fence: str | None
+    queue: list[Cell]
+    backoff: list[Cell]
+    shadow: list[Cell]
 
 
 class Watcher:
-    """Scans live lease records and revokes the stale ones. Usable in-process.
+    """Scans live leases and revokes the stale ones. Usable in-process.
 
     ``scan()`` is one full pass; a service calls it every ``scan_interval``
     (APScheduler in :mod:`leasewatch.app`). ``monotonic`` is injectable so
@@ -140,7 +157,7 @@ class Watcher:
         self._lock = threading.Lock()
         self._leases: dict[tuple[str, str], _Observation] = {}
         self._orphans: dict[tuple[str, str, str], float] = {}
-        self._idle_locks: dict[str, float] = {}
+        self._idle: dict[str, tuple[float, int]] = {}  # lock id -> (first idle sighting, index cell timestamp)
         self.events: deque[Revocation] = deque(maxlen=500)
         self.revocations = 0
         self.last_report: ScanReport | None = None
@@ -148,11 +165,15 @@ class Watcher:
 
     # -- scanning ---------------------------------------------------------------------------------
 
-    def lock_ids(self) -> list[str]:
-        ids: list[str] = []
+    def index(self) -> list[Cell]:
+        """The index cells (column = lock id), shard by shard."""
+        cells: list[Cell] = []
         for shard in range(INDEX_SHARDS):
-            ids.extend(c.column for c in self.store.read_row(Table.INDEX, str(shard)))
-        return ids
+            cells.extend(self.store.read_row(Table.INDEX, str(shard)))
+        return cells
+
+    def lock_ids(self) -> list[str]:
+        return [c.column for c in self.index()]
 
     def scan(self) -> ScanReport:
         """One pass over every lock with live state. Raises StoreError if the index cannot be read."""
@@ -161,102 +182,182 @@ class Watcher:
         with self._lock:
             seen_leases: set[tuple[str, str]] = set()
             seen_orphans: set[tuple[str, str, str]] = set()
-            lock_ids = self.lock_ids()
-            for lock_id in lock_ids:
+            index = self.index()
+            for entry in index:
                 report.locks += 1
                 try:
-                    self._scan_lock(lock_id, report, seen_leases, seen_orphans)
+                    self._scan_lock(entry, report, seen_leases, seen_orphans)
                 except StoreError as exc:
-                    report.errors.append(f"{lock_id}: {exc}")
-                    log.warning("scan_lock_failed", lock_id=lock_id, error=str(exc))
+                    report.errors.append(f"{entry.column}: {exc}")
+                    log.warning("scan_lock_failed", lock_id=entry.column, error=str(exc))
             # Forget what no longer exists, so memory follows live state too.
             for key in set(self._leases) - seen_leases:
                 del self._leases[key]
             for okey in set(self._orphans) - seen_orphans:
                 del self._orphans[okey]
-            for idle in set(self._idle_locks) - set(lock_ids):
-                del self._idle_locks[idle]
+            listed = {c.column for c in index}
+            for idle in set(self._idle) - listed:
+                del self._idle[idle]
         report.seconds = self._monotonic() - started
         self.last_report = report
         return report
 
+    def _read(self, lock_id: str) -> _LockState:
+        row = self.store.read_versioned(lock_id, serial=False)
+        queue = self.store.read_row(Table.QUEUE, lock_id, start=self._queue_start(lock_id))
+        backoff = self.store.read_row(Table.BACKOFF_MAIN, lock_id)
+        shadow = self.store.read_row(Table.BACKOFF_SHADOW, lock_id)
+        holder_raw = row.get(HOLDER_COLUMN)
+        holder: HolderRecord | None = None
+        if holder_raw is not None:
+            try:
+                holder = HolderRecord.decode(holder_raw)
+            except StoreError:
+                holder = None  # malformed: treated as an orphan below
+        return _LockState(holder_raw, holder, row.get(FENCE_COLUMN), queue, backoff, shadow)
+
     def _scan_lock(
         self,
-        lock_id: str,
+        entry: Cell,
         report: ScanReport,
         seen_leases: set[tuple[str, str]],
         seen_orphans: set[tuple[str, str, str]],
     ) -> None:
-        now = self._monotonic()
-        row = self.store.read_versioned(lock_id)
-        row.pop(FENCE_COLUMN, None)
-        for owner, raw in row.items():
-            key = (lock_id, owner)
+        lock_id = entry.column
+        state = self._read(lock_id)
+        now = self._monotonic()  # after the reads completed: see "When an observation is stamped"
+
+        # The holder's lease.
+        if state.holder_raw is not None and state.holder is not None:
+            key = (lock_id, HOLDER_COLUMN)
             seen_leases.add(key)
             report.leases += 1
-            obs = self._leases.get(key)
-            if obs is None or obs.value != raw:
-                self._leases[key] = _Observation(raw, now)
-                continue
-            record = LeaseRecord.decode(raw)
-            unchanged = now - obs.changed_at
-            if unchanged > record.lease + self.grace:
-                if self._revoke(lock_id, owner, raw, record, f"lease unchanged for {unchanged:.1f}s", unchanged):
+            unchanged = self._observe(key, state.holder_raw, now)
+            if unchanged is not None and unchanged > state.holder.lease + self.grace:
+                if self._revoke_holder(lock_id, state.holder_raw, f"lease unchanged for {unchanged:.1f}s", unchanged):
                     report.revoked += 1
-                del self._leases[key]
-        leases = set(row)
-        # Cells whose owner has no lease record: orphans, cleared after the same kind of window.
-        owners = self.store.read_row(Table.OWNER, lock_id)
-        queue = self.store.read_row(Table.QUEUE, lock_id, start=self._queue_start(lock_id))
-        backoff = self.store.read_row(Table.BACKOFF_MAIN, lock_id)
-        shadow = self.store.read_row(Table.BACKOFF_SHADOW, lock_id)
-        candidates = [(Table.OWNER, c) for c in owners if c.column not in leases]
-        candidates += [(Table.QUEUE, c) for c in queue if c.value not in leases]
-        candidates += [(Table.BACKOFF_MAIN, c) for c in backoff if c.column not in leases]
-        # A baseline contender that died between its shadow write and delete would block
-        # every later baseline attempt (ConcurrentAttempt forever).
-        candidates += [(Table.BACKOFF_SHADOW, c) for c in shadow if c.column not in leases]
-        for table, cell in candidates:
-            okey = (str(table), lock_id, cell.column)
-            seen_orphans.add(okey)
-            first = self._orphans.setdefault(okey, now)
-            if now - first > self.orphan_after:
-                # Re-check right before deleting: a lease record is written before its cells,
-                # and an owner never re-creates one, so "still no record" is final.
-                owner = cell.value if table is Table.QUEUE else cell.column
-                if owner not in self.store.read_versioned(lock_id):
-                    self.store.delete(table, lock_id, cell.column, timestamp=cell.timestamp + 1)
-                    report.orphans_cleared += 1
-                    log.warning("orphan_cleared", lock_id=lock_id, table=str(table), column=cell.column)
-                del self._orphans[okey]
-        # A lock with no state at all leaves the index after the window (cost follows live state).
-        if not row and not owners and not queue and not backoff and not shadow:
-            first_idle = self._idle_locks.setdefault(lock_id, now)
-            if now - first_idle > self.orphan_after:
-                from lockclient.locker import index_shard
+                self._leases.pop(key, None)
+        elif state.holder_raw is not None:
+            self._orphan(report, seen_orphans, now, lock_id, "holder", HOLDER_COLUMN, state.holder_raw)
 
-                entry = self.store.get(Table.INDEX, index_shard(lock_id), lock_id)
-                if entry is not None:
-                    self.store.delete(Table.INDEX, index_shard(lock_id), lock_id, timestamp=entry.timestamp + 1)
-                del self._idle_locks[lock_id]
+        # Waiters' leases: their queue cells (the holder's own cell is covered by its record).
+        holder_ticket = state.holder.ticket if state.holder is not None else None
+        for cell in state.queue:
+            if cell.column == holder_ticket:
+                continue
+            try:
+                record = WaiterRecord.decode(cell.value)
+            except StoreError:
+                self._orphan(report, seen_orphans, now, lock_id, str(Table.QUEUE), cell.column, cell.value, cell)
+                continue
+            key = (lock_id, cell.column)
+            seen_leases.add(key)
+            report.leases += 1
+            unchanged = self._observe(key, cell.value, now)
+            if unchanged is not None and unchanged > record.lease + self.grace:
+                if self._revoke_waiter(lock_id, cell, record, f"lease unchanged for {unchanged:.1f}s", unchanged):
+                    report.revoked += 1
+                self._leases.pop(key, None)
+
+        # The baseline's cells: a contender's shadow or main cell without a holder record of
+        # that owner blocks every later baseline attempt (ConcurrentAttempt forever).
+        holder_owner = state.holder.owner if state.holder is not None else None
+        for table, cells in ((Table.BACKOFF_MAIN, state.backoff), (Table.BACKOFF_SHADOW, state.shadow)):
+            for cell in cells:
+                if cell.column != holder_owner:
+                    self._orphan(report, seen_orphans, now, lock_id, str(table), cell.column, cell.value, cell)
+
+        # A lock with no state at all leaves the index after the window (cost follows live state).
+        if state.holder_raw is None and not state.queue and not state.backoff and not state.shadow:
+            first, stamp = self._idle.setdefault(lock_id, (now, entry.timestamp))
+            if now - first > self.orphan_after:
+                # Delete exactly the version seen idle first: a contender that listed the lock
+                # again since wrote a newer version, which this tombstone cannot shadow.
+                self.store.delete(Table.INDEX, index_shard(lock_id), lock_id, timestamp=stamp)
+                del self._idle[lock_id]
         else:
-            self._idle_locks.pop(lock_id, None)
+            self._idle.pop(lock_id, None)
+
+    def _observe(self, key: tuple[str, str], value: str, now: float) -> float | None:
+        """Seconds the value has been unchanged, or None on a first sighting / a change."""
+        obs = self._leases.get(key)
+        if obs is None or obs.value != value:
+            self._leases[key] = _Observation(value, now)
+            return None
+        return now - obs.changed_at
+
+    def _orphan(
+        self,
+        report: ScanReport,
+        seen: set[tuple[str, str, str]],
+        now: float,
+        lock_id: str,
+        table: str,
+        column: str,
+        value: str,
+        cell: Cell | None = None,
+    ) -> None:
+        okey = (table, lock_id, column)
+        seen.add(okey)
+        first = self._orphans.setdefault(okey, now)
+        if now - first <= self.orphan_after:
+            return
+        del self._orphans[okey]
+        if table == "holder":
+            # A malformed holder record: only a compare-and-set on exactly that value removes it.
+            if self.store.compare_and_set(lock_id, {HOLDER_COLUMN: value}, {HOLDER_COLUMN: None}).applied:
+                report.orphans_cleared += 1
+                log.warning("orphan_cleared", lock_id=lock_id, table="lock_lease", column=column)
+            return
+        assert cell is not None
+        if table != str(Table.QUEUE):
+            # Re-check right before deleting: the contender may have been granted meanwhile.
+            row = self.store.read_versioned(lock_id)
+            raw = row.get(HOLDER_COLUMN)
+            if raw is not None and _owner_of(raw) == column:
+                return
+        self.store.delete(Table(table), lock_id, column, timestamp=cell.timestamp + REVOKED_CELL_SHADOW_US)
+        report.orphans_cleared += 1
+        log.warning("orphan_cleared", lock_id=lock_id, table=table, column=column)
 
     def _queue_start(self, lock_id: str) -> str:
-        cell = self.store.get(Table.WATERMARK, lock_id, "head")
-        return make_ticket(int(cell.value), "") if cell is not None else ""
+        published, _ = parse_marks(self.store.read_row(Table.WATERMARK, lock_id))
+        return make_ticket(published, "")
 
     # -- revocation ----------------------------------------------------------------------------
 
-    def _revoke(
-        self, lock_id: str, owner: str, raw: str, record: LeaseRecord, reason: str, unchanged: float | None
-    ) -> bool:
-        """Compare-and-set delete of the record we watched; then the cells, beating their timestamps."""
-        result = self.store.compare_and_set(lock_id, {owner: raw}, {owner: None})
+    def _revoke_holder(self, lock_id: str, raw: str, reason: str, unchanged: float | None) -> bool:
+        """Compare-and-set delete of the record we watched; then its queue cell."""
+        result = self.store.compare_and_set(lock_id, {HOLDER_COLUMN: raw}, {HOLDER_COLUMN: None})
         if not result.applied:
-            log.info("revoke_skipped", lock_id=lock_id, owner=owner, detail="record changed or already revoked")
+            log.info("revoke_skipped", lock_id=lock_id, detail="record changed or already gone")
             return False
-        held = self._delete_cells(lock_id, owner, record.ticket)
+        record = HolderRecord.decode(raw)
+        if record.ticket:
+            cell = self.store.get(Table.QUEUE, lock_id, record.ticket)
+            if cell is not None:
+                self.store.delete(
+                    Table.QUEUE, lock_id, record.ticket, timestamp=cell.timestamp + REVOKED_CELL_SHADOW_US
+                )
+        backoff = self.store.get(Table.BACKOFF_MAIN, lock_id, record.owner)
+        if backoff is not None:
+            self.store.delete(Table.BACKOFF_MAIN, lock_id, record.owner, timestamp=backoff.timestamp + 1)
+        self._record(lock_id, record.owner, reason, unchanged, holder=True)
+        return True
+
+    def _revoke_waiter(
+        self, lock_id: str, cell: Cell, record: WaiterRecord, reason: str, unchanged: float | None
+    ) -> bool:
+        # Re-read right before deleting: a waiter that renewed since our look is alive.
+        current = self.store.get(Table.QUEUE, lock_id, cell.column)
+        if current is None or current.value != cell.value:
+            log.info("revoke_skipped", lock_id=lock_id, owner=record.owner, detail="queue cell changed or gone")
+            return False
+        self.store.delete(Table.QUEUE, lock_id, cell.column, timestamp=current.timestamp + REVOKED_CELL_SHADOW_US)
+        self._record(lock_id, record.owner, reason, unchanged, holder=False)
+        return True
+
+    def _record(self, lock_id: str, owner: str, reason: str, unchanged: float | None, *, holder: bool) -> None:
         event = Revocation(
             lock_id=lock_id,
             owner=owner,
@@ -264,84 +365,77 @@ class Watcher:
             unchanged_for=None if unchanged is None else round(unchanged, 3),
             at=datetime.now(UTC),
             by=self.replica_id,
-            holder=record.holding or held,
+            holder=holder,
         )
         self.events.append(event)
         self.revocations += 1
-        log.warning(
-            "lease_revoked",
-            lock_id=lock_id,
-            owner=owner,
-            holder=event.holder,
-            reason=reason,
-            by=self.replica_id,
-        )
+        log.warning("lease_revoked", lock_id=lock_id, owner=owner, holder=holder, reason=reason, by=self.replica_id)
         if self._on_revoke is not None:
             self._on_revoke(event)
-        return True
-
-    def _delete_cells(self, lock_id: str, owner: str, ticket: str) -> bool:
-        """Delete the owner's cells; True if it had an owner cell (it was the holder)."""
-        cell = self.store.get(Table.OWNER, lock_id, owner)
-        if cell is not None:
-            self.store.delete(Table.OWNER, lock_id, owner, timestamp=cell.timestamp + 1)
-        if ticket:
-            qcell = self.store.get(Table.QUEUE, lock_id, ticket)
-            if qcell is not None:
-                self.store.delete(Table.QUEUE, lock_id, ticket, timestamp=qcell.timestamp + 1)
-        bcell = self.store.get(Table.BACKOFF_MAIN, lock_id, owner)
-        if bcell is not None:
-            self.store.delete(Table.BACKOFF_MAIN, lock_id, owner, timestamp=bcell.timestamp + 1)
-        return cell is not None or bcell is not None
 
     def revoke_now(
         self, lock_id: str, owner: str | None = None, *, reason: str = "revoked by an operator"
     ) -> list[str]:
-        """Operator revocation (``POST /locks/{id}/revoke``): the holder, or one named owner.
+        """Operator revocation (``POST /revoke/{id}``): the holder, or one named owner.
 
-        Still a compare-and-set on the value just read, so it never races a renewal into a
-        half-revoked state; retried a few times if the owner renews in between.
-        """
+        The holder is revoked by compare-and-set on the value just read, retried a few
+        times if it renews in between; a waiter by deleting its queue cell."""
         revoked: list[str] = []
         with self._lock:
             for _ in range(5):
-                row = self.store.read_versioned(lock_id)
-                row.pop(FENCE_COLUMN, None)
-                if owner is not None:
-                    targets = {owner: row[owner]} if owner in row else {}
-                else:
-                    holders = {c.column for c in self.store.read_row(Table.OWNER, lock_id)}
-                    holders |= {c.column for c in self.store.read_row(Table.BACKOFF_MAIN, lock_id)}
-                    targets = {o: v for o, v in row.items() if o in holders or LeaseRecord.decode(v).holding}
-                if not targets:
+                state = self._read(lock_id)
+                if state.holder_raw is not None and (owner is None or _owner_of(state.holder_raw) == owner):
+                    if self._revoke_holder(lock_id, state.holder_raw, reason, None):
+                        revoked.append(_owner_of(state.holder_raw))
+                        self._leases.pop((lock_id, HOLDER_COLUMN), None)
+                        return revoked
+                    continue  # it renewed meanwhile: look again
+                if owner is None:
                     return revoked
-                pending = False
-                for target, raw in targets.items():
-                    if self._revoke(lock_id, target, raw, LeaseRecord.decode(raw), reason, None):
-                        revoked.append(target)
-                        self._leases.pop((lock_id, target), None)
-                    else:
-                        pending = True
-                if not pending:
-                    return revoked
+                for cell in state.queue:
+                    try:
+                        record = WaiterRecord.decode(cell.value)
+                    except StoreError:
+                        continue
+                    if record.owner == owner and self._revoke_waiter(lock_id, cell, record, reason, None):
+                        revoked.append(owner)
+                        return revoked
+                return revoked
         return revoked
 
     # -- introspection -----------------------------------------------------------------------------
 
     def view(self, lock_id: str) -> LockView:
+        state = self._read(lock_id)
         now = self._monotonic()
-        row = self.store.read_versioned(lock_id)
-        token, fence_owner = parse_fence(row.pop(FENCE_COLUMN, None))
-        holders = [c.column for c in self.store.read_row(Table.OWNER, lock_id)]
-        holders += [c.column for c in self.store.read_row(Table.BACKOFF_MAIN, lock_id)]
-        queue = [
-            (c.column, c.value) for c in self.store.read_row(Table.QUEUE, lock_id, start=self._queue_start(lock_id))
-        ]
+        token, fence_owner = parse_fence(state.fence)
+        holders = [state.holder.owner] if state.holder is not None else []
+        holders += [c.column for c in state.backoff if c.column not in holders]
         leases: dict[str, LeaseView] = {}
-        for owner, raw in row.items():
-            record = LeaseRecord.decode(raw)
-            with self._lock:
-                obs = self._leases.get((lock_id, owner))
-            age = None if obs is None or obs.value != raw else round(now - obs.changed_at, 3)
-            leases[owner] = LeaseView(owner, record.ticket, record.version, record.lease, record.holding, age)
+        with self._lock:
+            if state.holder is not None and state.holder_raw is not None:
+                obs = self._leases.get((lock_id, HOLDER_COLUMN))
+                age = None if obs is None or obs.value != state.holder_raw else round(now - obs.changed_at, 3)
+                h = state.holder
+                leases[h.owner] = LeaseView(h.owner, h.ticket, h.version, h.lease, True, age)
+            queue: list[tuple[str, str]] = []
+            for cell in state.queue:
+                try:
+                    record = WaiterRecord.decode(cell.value)
+                except StoreError:
+                    queue.append((cell.column, "?"))
+                    continue
+                queue.append((cell.column, record.owner))
+                if state.holder is not None and cell.column == state.holder.ticket:
+                    continue
+                obs = self._leases.get((lock_id, cell.column))
+                age = None if obs is None or obs.value != cell.value else round(now - obs.changed_at, 3)
+                leases[record.owner] = LeaseView(record.owner, cell.column, record.version, record.lease, False, age)
         return LockView(lock_id, holders, token, fence_owner, queue, leases, queue[0][0] if queue else None)
+
+
+def _owner_of(raw: str) -> str:
+    try:
+        return HolderRecord.decode(raw).owner
+    except StoreError:
+        return ""

@@ -4,6 +4,20 @@ Both clocks keep a *floor*: they never hand out a smaller value than they
 handed out before, even if fail-over lands on a replica whose answer is
 older (a response can only be older than one already seen if it was delayed
 in flight — the floor makes that invisible to the caller).
+
+**Extrapolation.** A lock ticket needs global time, but not a round trip per ticket:
+both clocks keep their recent answers, each with the local monotonic time it arrived,
+and hand out ``answer + time elapsed since it arrived`` for up to ``max_age`` seconds,
+refreshing in the background after ``refresh_after``. Each answer was global time at
+the server no later than it arrived, and global time advances at least at real rate,
+so an extrapolated value is never ahead of global time (up to the two clocks' rate
+difference over ``max_age``: ~100 µs per second at 100 ppm); it lags by at most the
+round trip of the best recent answer. The largest extrapolation of the recent answers
+is used — the one that arrived fastest wins, like NTP's minimum-delay filter. Hence
+the ordering promise for tickets: two contenders that enqueue further apart in real
+time than that lag (a loopback round trip: well under a millisecond) get tickets in
+real-time order; closer than that, either order may win — as two requests racing to
+one server could. ``max_age=0`` turns extrapolation off (every value from the source).
 """
 
 from __future__ import annotations
@@ -11,8 +25,10 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import httpx
@@ -22,7 +38,14 @@ from lockclient.globaltime import GlobalTimeUpdater
 from lockclient.logs import get_logger
 from lockclient.store import CellStore
 
-__all__ = ["AsyncTimeServiceClock", "GlobalClock", "StoreClock", "TimeServiceClock", "parse_timesvc_urls"]
+__all__ = [
+    "AsyncTimeServiceClock",
+    "Extrapolator",
+    "GlobalClock",
+    "StoreClock",
+    "TimeServiceClock",
+    "parse_timesvc_urls",
+]
 
 log = get_logger("lockclient.clock")
 
@@ -49,6 +72,68 @@ class _Floor:
         with self._lock:
             self._value = max(self._value, value)
             return self._value
+
+
+class Extrapolator:
+    """Global time between answers of a slower source (see the module docstring)."""
+
+    _SAMPLES = 8
+
+    def __init__(
+        self,
+        fetch: Callable[[], int],
+        *,
+        max_age: float = 1.0,
+        refresh_after: float = 0.2,
+        monotonic_ns: Callable[[], int] = time.monotonic_ns,
+        name: str = "chronolock-clock",
+    ) -> None:
+        if not (max_age >= 0 and refresh_after >= 0):
+            raise ConfigurationError("clock max_age and refresh_after must be >= 0")
+        self._fetch = fetch
+        self._max_age_ns = int(max_age * 1e9)
+        self._refresh_after_ns = int(min(refresh_after, max_age) * 1e9)
+        self._monotonic_ns = monotonic_ns
+        self._name = name
+        self._lock = threading.Lock()
+        self._samples: deque[tuple[int, int]] = deque(maxlen=self._SAMPLES)  # (value_us, arrived_ns)
+        self._refreshing = False
+        self.fetches = 0
+
+    def sample(self) -> int:
+        """Ask the source now; remember the answer. Raises what the source raises."""
+        value = self._fetch()
+        arrived = self._monotonic_ns()
+        with self._lock:
+            self._samples.append((value, arrived))
+            self.fetches += 1
+        return value
+
+    def now_us(self) -> int:
+        if self._max_age_ns == 0:
+            return self.sample()
+        now = self._monotonic_ns()
+        with self._lock:
+            fresh = [(v, t) for v, t in self._samples if now - t <= self._max_age_ns]
+            youngest = max((t for _, t in fresh), default=None)
+            stale = youngest is None or now - youngest >= self._refresh_after_ns
+            start_refresh = stale and youngest is not None and not self._refreshing
+            if start_refresh:
+                self._refreshing = True
+        if not fresh:
+            return self.sample()
+        if start_refresh:
+            threading.Thread(target=self._refresh, name=self._name, daemon=True).start()
+        return max(v + (now - t) // 1000 for v, t in fresh)
+
+    def _refresh(self) -> None:
+        try:
+            self.sample()
+        except ChronolockError as exc:
+            log.debug("clock_refresh_failed", error=str(exc))  # the next call past max_age asks itself
+        finally:
+            with self._lock:
+                self._refreshing = False
 
 
 def parse_timesvc_urls(urls: str | Sequence[str]) -> list[str]:
@@ -104,21 +189,31 @@ _FAILOVER_ERRORS = (httpx.HTTPError, TimeServiceUnavailable)
 
 
 class TimeServiceClock:
-    """Global time from one or more timesvc replicas, with fail-over.
+    """Global time from one or more timesvc replicas, with fail-over and extrapolation.
 
     Requests go to the replica that answered last; on a timeout, a connection
     error or a 5xx it tries the next one, and raises
     :class:`~lockclient.errors.TimeServiceUnavailable` only when every replica failed.
+    Between answers, values are extrapolated for up to ``max_age`` seconds (module
+    docstring); ``max_age=0`` asks timesvc every time.
     """
 
     def __init__(
-        self, urls: str | Sequence[str], *, timeout: float = 2.0, transport: httpx.BaseTransport | None = None
+        self,
+        urls: str | Sequence[str],
+        *,
+        timeout: float = 2.0,
+        transport: httpx.BaseTransport | None = None,
+        max_age: float = 1.0,
+        refresh_after: float = 0.2,
     ):
         self._replicas = _Replicas(urls, timeout)
         self.urls = self._replicas.urls
         self._client = httpx.Client(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
+        self._extrapolator = Extrapolator(self.fetch_us, max_age=max_age, refresh_after=refresh_after)
 
-    def now_us(self) -> int:
+    def fetch_us(self) -> int:
+        """One ``GET /now`` (with fail-over), no extrapolation."""
         errors: list[str] = []
         for index, url in self._replicas.order():
             try:
@@ -128,6 +223,14 @@ class TimeServiceClock:
                 continue
             return self._replicas.answered(index, value, errors)
         raise self._replicas.failed(errors)
+
+    def now_us(self) -> int:
+        return self._replicas.floor.apply(self._extrapolator.now_us())
+
+    @property
+    def fetches(self) -> int:
+        """How many times timesvc was asked."""
+        return self._extrapolator.fetches
 
     def close(self) -> None:
         self._client.close()
@@ -164,25 +267,45 @@ _store_clock_ids = itertools.count()
 class StoreClock:
     """Global time without timesvc: this process runs TryUpdateGlobalTime itself, on demand.
 
-    For embedded use (one machine, the SQLite store). Each call is one store
-    round trip (a read, and a write when time moved on). Nobody ticks between
-    calls, so the runaway guard (which needs replicas publishing continuously to
-    tell a fast clock from stale global time) is off; processes on one machine
-    share one wall clock anyway. Across machines, use timesvc.
+    For embedded use (one machine, the SQLite store). A store round trip per sample (a
+    read, and a write when time moved on), extrapolated in between like
+    :class:`TimeServiceClock`. Nobody ticks between samples, so the runaway guard (which
+    needs replicas publishing continuously to tell a fast clock from stale global time)
+    is off; processes on one machine share one wall clock anyway. On a store shared by
+    several machines (Cassandra) an unguarded clock would let one skewed laptop drag
+    global time forward for everyone, so it is refused there unless ``allow_shared``
+    (``CHRONOLOCK_ALLOW_STORE_CLOCK=true``) says the operator knows: use timesvc.
     """
 
-    def __init__(self, store: CellStore, *, max_skew: float = 1.0) -> None:
+    def __init__(
+        self,
+        store: CellStore,
+        *,
+        max_skew: float = 1.0,
+        allow_shared: bool = False,
+        max_age: float = 1.0,
+        refresh_after: float = 0.2,
+    ) -> None:
+        if store.spans_machines and not allow_shared:
+            raise ConfigurationError(
+                f"global time straight from {store.url} would be unguarded against a skewed clock on any machine "
+                "sharing that store: set CHRONOLOCK_TIMESVC_URLS (or CHRONOLOCK_ALLOW_STORE_CLOCK=true to accept it)"
+            )
         replica = f"client-{os.getpid()}-{next(_store_clock_ids)}-{uuid.uuid4().hex[:6]}"
         self._updater = GlobalTimeUpdater(store, replica_id=replica, max_skew=max_skew, guard=False)
         self._floor = _Floor()
+        self._extrapolator = Extrapolator(self.fetch_us, max_age=max_age, refresh_after=refresh_after)
 
-    def now_us(self) -> int:
+    def fetch_us(self) -> int:
         try:
-            return self._floor.apply(self._updater.update().now_us)
+            return self._updater.update().now_us
         except StoreError:
             raise
         except ChronolockError as exc:  # pragma: no cover - defensive: keep the error family
             raise StoreError(str(exc)) from exc
+
+    def now_us(self) -> int:
+        return self._floor.apply(self._extrapolator.now_us())
 
     def close(self) -> None:
         """The store belongs to the caller; nothing to release."""

@@ -18,62 +18,87 @@ Example::
 from __future__ import annotations
 
 from lockclient.errors import ChronolockError
-from lockclient.store import CellStore
+from lockclient.store import CellStore, VersionedTable
 
 __all__ = ["FencedResource", "StaleFencingToken"]
 
 _MAX = "~max-token"
-_ROW_PREFIX = "fenced-resource:"
+"""The highest token accepted, and by whom: ``"<token>|<holder>"`` (holder may be empty)."""
 
 
 class StaleFencingToken(ChronolockError):
-    """A write carried a fencing token smaller than one the resource already accepted."""
+    """A write carried a fencing token the resource must refuse: smaller than one it already
+    accepted, or equal to one accepted from a different holder."""
 
-    def __init__(self, token: int, highest: int, resource: str) -> None:
-        super().__init__(f"fencing token {token} is stale: {resource!r} already accepted {highest}")
+    def __init__(self, token: int, highest: int, resource: str, *, holder: str | None = None) -> None:
+        if token == highest:
+            detail = f"fencing token {token} was already used by another holder ({holder or 'unnamed'}) on {resource!r}"
+        else:
+            detail = f"fencing token {token} is stale: {resource!r} already accepted {highest}"
+        super().__init__(detail)
         self.token = token
         self.highest = highest
 
 
+def _parse_max(raw: str | None) -> tuple[int, str]:
+    if raw is None:
+        return 0, ""
+    number, _, holder = raw.partition("|")
+    return int(number), holder
+
+
 class FencedResource:
-    """A small fenced key-value register over a :class:`CellStore` (needs compare-and-set)."""
+    """A small fenced key-value register over a :class:`CellStore` (needs compare-and-set).
+
+    Rows live in their own versioned table (``fenced_resource``), so a resource's name can
+    never collide with a lock id. Pass ``holder=lock.owner`` with the token: the resource
+    then also refuses an *equal* token from a different holder — which two holders can
+    only have if two datacenters each granted the lock (``lock_scope=datacenter``) or the
+    store lost acknowledged writes; with ``holder`` omitted, equal tokens are accepted
+    from anyone who also omits it (the single-writer case).
+    """
 
     def __init__(self, store: CellStore, name: str) -> None:
         if not name:
             raise ValueError("a fenced resource needs a name")
         self.store = store
         self.name = name
-        self._row = _ROW_PREFIX + name
+
+    def _row(self) -> dict[str, str]:
+        return self.store.read_versioned(self.name, table=VersionedTable.FENCED)
 
     def highest_token(self) -> int:
-        raw = self.store.read_versioned(self._row).get(_MAX)
-        return int(raw) if raw is not None else 0
+        return _parse_max(self._row().get(_MAX))[0]
 
-    def admit(self, token: int) -> None:
-        """Record ``token`` as seen; raise :class:`StaleFencingToken` if a larger one was."""
-        self._apply(token, {})
+    def admit(self, token: int, *, holder: str | None = None) -> None:
+        """Record ``token`` as seen; raise :class:`StaleFencingToken` if it must be refused."""
+        self._apply(token, holder, {})
 
-    def write(self, token: int, key: str, value: str | None) -> None:
-        """Set (``None``: delete) ``key`` iff no larger token was accepted — atomically."""
+    def write(self, token: int, key: str, value: str | None, *, holder: str | None = None) -> None:
+        """Set (``None``: delete) ``key`` iff ``token`` is acceptable — checked and written in
+        one compare-and-set."""
         if key == _MAX:
             raise ValueError(f"{_MAX!r} is reserved")
-        self._apply(token, {key: value})
+        self._apply(token, holder, {key: value})
 
     def read(self, key: str) -> str | None:
-        return self.store.read_versioned(self._row).get(key)
+        return self._row().get(key)
 
-    def _apply(self, token: int, writes: dict[str, str | None]) -> None:
+    def _apply(self, token: int, holder: str | None, writes: dict[str, str | None]) -> None:
         if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
             raise ValueError(f"a fencing token is a positive integer, got {token!r}")
+        if holder is not None and ("|" in holder or not holder):
+            raise ValueError(f"holder must be a non-empty owner id without '|', got {holder!r}")
+        mine = holder or ""
         while True:
-            row = self.store.read_versioned(self._row)
+            row = self._row()
             raw = row.get(_MAX)
-            highest = int(raw) if raw is not None else 0
-            if token < highest:
-                raise StaleFencingToken(token, highest, self.name)
+            highest, by = _parse_max(raw)
+            if token < highest or (token == highest and by != mine):
+                raise StaleFencingToken(token, highest, self.name, holder=by)
             expected: dict[str, str | None] = {_MAX: raw}
             expected.update({key: row.get(key) for key in writes})
-            updates: dict[str, str | None] = {_MAX: str(token), **writes}
-            if self.store.compare_and_set(self._row, expected, updates).applied:
+            updates: dict[str, str | None] = {_MAX: f"{token}|{mine}", **writes}
+            if self.store.compare_and_set(self.name, expected, updates, table=VersionedTable.FENCED).applied:
                 return
             # Someone else wrote in between; re-read and re-check (never a blind retry).

@@ -23,45 +23,64 @@ The thesis left two failures open (its section 7); both are fixed here:
    candidate is at least ``observed + elapsed``, so global time advances at
    real rate, measured by monotonic clocks, whatever the wall clocks say.
 
-One more case the guard alone would get wrong: global time left *stale*
-because every replica was down for a while. Then every healthy replica's
-clock is "ahead" of ``observed + elapsed`` and all would call themselves
-runaway forever. A replica tells the two situations apart by watching who
-publishes. Beside the value, each publish writes a ``source`` cell with the
-same timestamp: the publisher's id and whether it trusted its own clock
-(``ok``) or was guarded (``runaway``). A replica whose clock looks runaway
-but which, for ``stale_after`` seconds of its own observation, has seen no
-*other* replica publish as ``ok``, has nobody alive to contradict it: it
-adopts its local clock (logged as ``global_time_stale``). A replica that is
-merely fast among live ones sees them publish as ``ok`` and stays guarded.
-(Counting any foreign write as evidence would fail: after a cold restart all
-replicas publish guarded estimates, and each would keep the others guarded.)
+**When may a replica publish its own clock although it is "ahead"?** Global time can
+be *stale* — every replica was down for a while, and the cell holds the value of the
+last one that died — and then every healthy replica's clock is ahead of ``observed +
+elapsed``. Recovering from that must not reopen the hole the guard closes: one
+runaway clock that sees no healthy peer for a few ticks (they were paused, or
+partitioned from the store for two seconds) must not be able to adopt itself and drag
+global time ten minutes ahead, permanently — the thesis' failure the other way round.
+
+So every replica also publishes *its clock reading* beside the value (``clock:<id>``
+cells in the same row, one write per tick; TTL'd, only as garbage collection), and a
+replica whose clock looks runaway adopts it only when a **majority of the configured
+replicas** (``replicas``, e.g. 3 → 2) have fresh clock readings that agree with it
+within ``max_skew``. A reading is fresh if it changed within ``stale_after`` on the
+observer's monotonic clock, and it is extrapolated by the observer's monotonic clock
+since it was first seen — no wall clock is compared with another machine's reading
+time. A lone runaway can never be a majority; after a full outage the healthy majority
+recovers as soon as two of three replicas run again. Until then a replica publishes
+``observed + elapsed``: global time keeps advancing at real rate, just behind wall time,
+which costs the locks nothing (tickets only need order). The very first value, on an
+empty store, needs the same majority — a runaway replica that starts first cannot set
+global time ten minutes ahead either. ``replicas=1`` (one replica, nothing to outvote
+it) adopts its own clock.
+
+``guard=False`` (the store-backed clock on one machine) skips all of this: it
+publishes ``max(local, observed + elapsed)``.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lockclient.errors import StoreError
+from lockclient.errors import ClockError, StoreError
 from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table
 
 __all__ = [
+    "CLOCK_PREFIX",
     "GLOBAL_TIME_COLUMN",
     "GLOBAL_TIME_ROW",
+    "ClockReading",
+    "GlobalTimeNotEstablished",
     "GlobalTimeReading",
     "GlobalTimeUpdater",
     "UpdateResult",
     "read_global_time",
+    "read_global_time_row",
     "wall_clock_us",
 ]
 
 GLOBAL_TIME_ROW = "GlobalTime"
 GLOBAL_TIME_COLUMN = "value"
 SOURCE_COLUMN = "source"
+CLOCK_PREFIX = "clock:"
+"""Cells ``clock:<replica id>`` in the GlobalTime row: each replica's latest clock reading."""
 
 log = get_logger("lockclient.globaltime")
 
@@ -72,22 +91,46 @@ def wall_clock_us() -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class GlobalTimeReading:
-    """The ``GlobalTime`` row as read: the value and who published it."""
+class ClockReading:
+    """One replica's published clock reading."""
 
-    value_us: int
+    replica: str
+    wall_us: int
+    seq: int
+    runaway: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalTimeReading:
+    """The ``GlobalTime`` row as read: the value, who published it, and every replica's clock."""
+
+    value_us: int | None
     publisher: str
     """Replica id of the publisher ("" if unknown)."""
     trusted: bool
     """Whether the publisher trusted its own clock (was not runaway)."""
+    clocks: tuple[ClockReading, ...] = ()
 
 
-def read_global_time(store: CellStore) -> GlobalTimeReading | None:
-    """The ``GlobalTime`` row, or ``None`` if nobody has written it yet. One row read."""
+def _parse_clock(column: str, raw: str) -> ClockReading | None:
+    try:
+        data = json.loads(raw)
+        return ClockReading(column[len(CLOCK_PREFIX) :], int(data["w"]), int(data["s"]), bool(data.get("r", False)))
+    except (ValueError, KeyError, TypeError):
+        return None  # a malformed reading counts for nobody
+
+
+def read_global_time_row(store: CellStore) -> GlobalTimeReading:
+    """The ``GlobalTime`` row (value may be None: nobody published yet). One row read."""
     cells = {c.column: c for c in store.read_row(Table.GLOBAL_TIME, GLOBAL_TIME_ROW)}
+    clocks = tuple(
+        reading
+        for column, cell in sorted(cells.items())
+        if column.startswith(CLOCK_PREFIX) and (reading := _parse_clock(column, cell.value)) is not None
+    )
     cell = cells.get(GLOBAL_TIME_COLUMN)
     if cell is None:
-        return None
+        return GlobalTimeReading(None, "", False, clocks)
     try:
         value = int(cell.value)
     except ValueError as exc:
@@ -100,7 +143,17 @@ def read_global_time(store: CellStore) -> GlobalTimeReading | None:
     if source is not None and source.timestamp == cell.timestamp:
         state, _, publisher = source.value.partition(":")
         trusted = state == "ok"
-    return GlobalTimeReading(value_us=value, publisher=publisher, trusted=trusted)
+    return GlobalTimeReading(value, publisher, trusted, clocks)
+
+
+def read_global_time(store: CellStore) -> GlobalTimeReading | None:
+    """The ``GlobalTime`` row, or ``None`` if nobody has published a value yet."""
+    reading = read_global_time_row(store)
+    return None if reading.value_us is None else reading
+
+
+class GlobalTimeNotEstablished(ClockError):
+    """No global time yet: the store is empty and no majority of replicas agrees on a clock."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,16 +170,18 @@ class UpdateResult:
     """Whether this run wrote the cell."""
     runaway: bool
     """Whether the local clock was rejected as runaway."""
+    agreeing: int = 0
+    """How many replicas' fresh clocks agreed with ours within max_skew (ourselves included)."""
 
 
 class GlobalTimeUpdater:
     """One replica's TryUpdateGlobalTime. Thread-safe; runs are serialized.
 
     ``wall_us`` and ``monotonic_ns`` are injectable so tests can move time.
-    ``guard=False`` turns the runaway-clock guard off: only for updaters that run
-    on demand on one machine (:class:`~lockclient.clock.StoreClock`), where every
-    process shares one wall clock and global time is *expected* to be stale
-    between calls.
+    ``replicas`` is how many timesvc replicas the deployment runs (the majority rule
+    above). ``guard=False`` turns the runaway-clock guard off: only for updaters that run
+    on demand on one machine (:class:`~lockclient.clock.StoreClock`), where every process
+    shares one wall clock and global time is *expected* to be stale between calls.
     """
 
     def __init__(
@@ -135,65 +190,104 @@ class GlobalTimeUpdater:
         *,
         replica_id: str,
         max_skew: float = 1.0,
+        replicas: int = 1,
         stale_after: float = 2.0,
         guard: bool = True,
         wall_us: Callable[[], int] = wall_clock_us,
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
-        if max_skew <= 0:
+        if not max_skew > 0:
             raise ValueError(f"max_skew must be positive, got {max_skew}")
-        if stale_after <= 0:
+        if not stale_after > 0:
             raise ValueError(f"stale_after must be positive, got {stale_after}")
+        if replicas < 1:
+            raise ValueError(f"replicas must be at least 1, got {replicas}")
         if not replica_id or ":" in replica_id:
             raise ValueError(f"replica_id must be non-empty and contain no ':', got {replica_id!r}")
         self._store = store
         self._guard = guard
         self._replica_id = replica_id
+        self._majority = replicas // 2 + 1
         self._max_skew_us = int(max_skew * 1_000_000)
         self._stale_after_ns = int(stale_after * 1_000_000_000)
+        self._clock_ttl = max(60.0, 20 * stale_after)
         self._wall_us = wall_us
         self._monotonic_ns = monotonic_ns
         self._lock = threading.Lock()
         # The last global value known to be persisted, and when (monotonic ns).
         self._observed_us: int | None = None
         self._observed_at_ns = 0
-        # Liveness of other replicas: when we first looked, and when we last
-        # saw another replica publish a value it trusted.
-        self._watching_since_ns: int | None = None
-        self._trusted_foreign_at_ns: int | None = None
-        self._last_read_us: int | None = None
+        # Other replicas' clock readings: (seq, wall_us) and when we first saw that seq.
+        self._peers: dict[str, tuple[int, int, int]] = {}
+        self._seq = 0
+        self._clock_ts = 0
         self._runaway = False
         self.last_publisher = ""
+        self.peer_offsets_us: dict[str, int] = {}
+        """Each fresh peer's clock minus ours at the last run (for /status)."""
 
     @property
     def runaway(self) -> bool:
         """True when the last run rejected the local clock."""
         return self._runaway
 
-    def update(self) -> UpdateResult:
-        """Run TryUpdateGlobalTime once: read the cell, maybe publish, return a persisted time."""
+    def update(self, *, report_clock: bool = False) -> UpdateResult:
+        """Run TryUpdateGlobalTime once: read the row, maybe publish, return a persisted time.
+
+        ``report_clock`` also publishes this replica's clock reading (the scheduled ticks do;
+        ``/now`` requests do not, so a flood of requests writes no more than the ticks)."""
         with self._lock:
             local = self._wall_us()
-            reading = read_global_time(self._store)
+            reading = read_global_time_row(self._store)
             read_done = self._monotonic_ns()
-            read = None if reading is None else reading.value_us
-            candidate, runaway = self._choose(local, reading, read_done)
-            published = read is None or candidate > read
+            read = reading.value_us
+            candidate, runaway, agreeing = self._choose(local, reading, read_done)
+            published = candidate is not None and (read is None or candidate > read)
+            writes: list[Callable[[], None]] = []
             if published:
+                assert candidate is not None
+                value = candidate
                 # USING TIMESTAMP == value: last-write-wins makes the cell a max-register.
                 # The source cell goes in the same single-partition write with the same
                 # timestamp, so a reader sees a value together with its publisher.
-                state = "runaway" if runaway else "ok"
-                self._store.put_cells(
-                    Table.GLOBAL_TIME,
-                    GLOBAL_TIME_ROW,
-                    {GLOBAL_TIME_COLUMN: str(candidate), SOURCE_COLUMN: f"{state}:{self._replica_id}"},
-                    timestamp=candidate,
+                source = f"{'runaway' if runaway else 'ok'}:{self._replica_id}"
+                writes.append(
+                    lambda: self._store.put_cells(
+                        Table.GLOBAL_TIME,
+                        GLOBAL_TIME_ROW,
+                        {GLOBAL_TIME_COLUMN: str(value), SOURCE_COLUMN: source},
+                        timestamp=value,
+                    )
                 )
+            if report_clock and self._guard:
+                # Our reading replaces our previous one: a timestamp above it (global time
+                # never decreases, so this also beats readings from before a restart).
+                self._seq += 1
+                stamp = max(candidate or 0, read or 0, self._clock_ts + 1)
+                self._clock_ts = stamp
+                reading_json = json.dumps({"w": local, "s": self._seq, "r": runaway}, separators=(",", ":"))
+                writes.append(
+                    lambda: self._store.put(
+                        Table.GLOBAL_TIME,
+                        GLOBAL_TIME_ROW,
+                        CLOCK_PREFIX + self._replica_id,
+                        reading_json,
+                        timestamp=stamp,
+                        ttl=self._clock_ttl,  # only garbage collection of replicas that are gone
+                    )
+                )
+            if writes:
+                self._store.run_concurrently(writes)
+            if published:
                 self.last_publisher = self._replica_id
-            elif reading is not None:
+            elif reading.publisher:
                 self.last_publisher = reading.publisher
-            now = candidate if read is None else max(read, candidate)
+            if candidate is None and read is None:
+                raise GlobalTimeNotEstablished(
+                    f"no global time yet: the store holds none and only {agreeing} of the {self._majority} "
+                    f"replicas needed (TIMESVC_REPLICAS={2 * self._majority - 1}) agree on a clock"
+                )
+            now = max(x for x in (read, candidate) if x is not None)
             # `now` is persisted; anchor the estimate at read completion (conservative:
             # `now` was true no later than then, so observed + elapsed never runs ahead).
             if self._observed_us is None or now > self._observed_us + (read_done - self._observed_at_ns) // 1_000:
@@ -206,44 +300,55 @@ class GlobalTimeUpdater:
                     ahead_s=round((local - now) / 1e6, 6),
                 )
             self._runaway = runaway
-            return UpdateResult(now_us=now, read_us=read, local_us=local, published=published, runaway=runaway)
-
-    def _choose(self, local: int, reading: GlobalTimeReading | None, read_done: int) -> tuple[int, bool]:
-        """The candidate to publish and whether the local clock is runaway (caller holds the lock)."""
-        if self._watching_since_ns is None:
-            self._watching_since_ns = read_done
-        read = None if reading is None else reading.value_us
-        if reading is not None:
-            moved = self._last_read_us is None or reading.value_us > self._last_read_us
-            if moved and reading.trusted and reading.publisher != self._replica_id:
-                self._trusted_foreign_at_ns = read_done
-            self._last_read_us = (
-                reading.value_us if self._last_read_us is None else max(reading.value_us, self._last_read_us)
+            return UpdateResult(
+                now_us=now, read_us=read, local_us=local, published=published, runaway=runaway, agreeing=agreeing
             )
 
+    def _agreeing(self, local: int, reading: GlobalTimeReading, now_ns: int) -> list[int]:
+        """Fresh clocks (ours included) within max_skew of ours, extrapolated to now."""
+        clocks = [local]
+        offsets: dict[str, int] = {}
+        for peer in reading.clocks:
+            if peer.replica == self._replica_id:
+                continue
+            known = self._peers.get(peer.replica)
+            if known is None or known[0] != peer.seq:
+                self._peers[peer.replica] = known = (peer.seq, peer.wall_us, now_ns)
+            _, wall, first_seen = known
+            if now_ns - first_seen > self._stale_after_ns:
+                continue  # not changed for a while: that replica is not running
+            estimate = wall + (now_ns - first_seen) // 1_000
+            offsets[peer.replica] = estimate - local
+            if abs(estimate - local) <= self._max_skew_us and not peer.runaway:
+                clocks.append(estimate)
+        self.peer_offsets_us = offsets
+        return clocks
+
+    def _choose(self, local: int, reading: GlobalTimeReading, read_done: int) -> tuple[int | None, bool, int]:
+        """The candidate to publish (None: nothing may be published yet), whether the local
+        clock is runaway, and how many fresh clocks agree with it (caller holds the lock)."""
+        read = reading.value_us
         estimate: int | None = None
         if self._observed_us is not None:
             estimate = self._observed_us + (read_done - self._observed_at_ns) // 1_000
         if read is not None:
             estimate = read if estimate is None else max(estimate, read)
-        if estimate is None:
-            return local, False  # the very first value anyone publishes
-        if not self._guard or local <= estimate + self._max_skew_us:
-            return max(local, estimate), False
-        if self._global_time_is_stale(read_done):
-            log.warning(
-                "global_time_stale",
-                local_us=local,
-                global_us=estimate,
-                behind_s=round((local - estimate) / 1e6, 6),
-                detail="no other replica advanced GlobalTime while watching; adopting the local clock",
-            )
-            return local, False
-        return estimate, True
-
-    def _global_time_is_stale(self, now_ns: int) -> bool:
-        assert self._watching_since_ns is not None
-        if now_ns - self._watching_since_ns < self._stale_after_ns:
-            return False
-        last_foreign = self._trusted_foreign_at_ns
-        return last_foreign is None or now_ns - last_foreign >= self._stale_after_ns
+        if not self._guard:
+            return (local if estimate is None else max(local, estimate)), False, 1
+        agreeing = self._agreeing(local, reading, read_done)
+        if estimate is not None and local <= estimate + self._max_skew_us:
+            return max(local, estimate), False, len(agreeing)
+        if len(agreeing) >= self._majority:
+            adopted = min(agreeing)  # the most conservative clock of the agreeing majority
+            if estimate is not None:
+                log.warning(
+                    "global_time_stale",
+                    local_us=local,
+                    global_us=estimate,
+                    behind_s=round((local - estimate) / 1e6, 6),
+                    agreeing=len(agreeing),
+                    detail="a majority of replicas agree on a clock ahead of GlobalTime; adopting it",
+                )
+                return max(adopted, estimate), False, len(agreeing)
+            return adopted, False, len(agreeing)
+        return estimate, estimate is not None, len(agreeing)

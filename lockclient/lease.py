@@ -1,33 +1,45 @@
-"""Leases: versioned records renewed by compare-and-set, watched by leasewatch (DESIGN.md §5–6).
+"""Leases: how a holder and a waiter prove they are alive (DESIGN.md §5–6).
 
-Every waiter and every holder has a lease record in the versioned table: row
-= lock id, column = owner, value = ``{"v": version, "lease": seconds,
-"ticket": ...}``. The record is written *before* the queue cell, so no queue
-cell is ever invisible to leasewatch, and it is renewed every ``lease/3`` by
-``version v -> v+1 if still v``. leasewatch revokes with ``delete if still
-the version I watched go stale``; so a renewal and a revocation can never
-both succeed on the same version, and a holder learns of its revocation at
-its very next renewal.
+**The holder's lease** is one cell, ``~holder``, in the lock's row of the lease table
+(a versioned table: written only by compare-and-set, Paxos on Cassandra). Its value
+names the owner, a version, the lease length, the ticket and the fencing token. The
+same row holds the fencing counter ``~fence``. Every change to the holder goes through
+one compare-and-set on that row:
 
-**Self-expiry.** A holder cannot wait for the renewal that tells it it was
-revoked — the store may be unreachable. So if no renewal has *succeeded* for
-a whole lease, measured on this process's monotonic clock from the *start* of
-the last successful renewal, the lease counts as lost. Measuring from the
-start (not the end) of that renewal is what makes this safe: leasewatch saw
-the record change no earlier than the renewal started, and waits a lease
-plus a grace after *its* observation, so it never revokes before the holder
-has given up (the C# heartbeat idiom: "measured from before the call").
+* **acquire**: ``~holder`` absent and ``~fence`` = n  →  ``~holder`` = me (v1, token n+1),
+  ``~fence`` = n+1. One Paxos round grants the lock *and* issues the token, so a
+  contender that is not granted never gets a token, and tokens strictly increase in
+  grant order. The compare-and-set is also what makes the lock exclusive: two
+  contenders can never both find ``~holder`` absent and write it.
+* **renew** (every ``lease/3``): ``~holder`` = me@v → me@v+1;
+* **release**: ``~holder`` = me@v → absent;
+* **revoke** (leasewatch): ``~holder`` = the value it watched go stale → absent.
 
-**The fencing token** is a counter in the same row as the lease records:
-``counter n -> n+1, if my lease record is still at the version I hold`` —
-one conditional write over two cells of one partition. A holder revoked
-before its bump therefore never gets a token, and tokens strictly increase
-in acquisition order. The owner is stored beside the counter so that the
-bump's own value is unique, which is what lets an unknown outcome (a
-timeout) be resolved by re-reading instead of retrying blindly.
+A renewal and a revocation can never both succeed on the same version, and a holder
+learns of its revocation at its very next renewal.
 
-One renewer thread per :class:`~lockclient.locker.RemoteLocker` serves all of
-its leases (not a thread per lock).
+**Validity, as the holder sees it.** A holder cannot wait for the renewal that tells
+it it was revoked — the store may be unreachable. So the lease counts as lost a lease
+length after the *start* of the last successful renewal (or of the acquiring
+compare-and-set), measured on this process's monotonic clock. Measuring from the
+start is what makes it safe: leasewatch saw the new value no earlier than the
+renewal started, stamps its observation when its read *completes*, and waits a lease
+plus a grace on its own clock before revoking — so it never revokes before the holder
+has given up, as long as the two clocks' rates differ by less than grace/lease (the C#
+heartbeat idiom: "measured from before the call"). ``valid_until`` and the ``lost``
+event are computed from that at the moment they are asked, not when a renewer thread
+happens to look: a renewal stuck in a slow store call cannot keep a lease "valid".
+
+**A waiter's lease** is its queue cell itself: the value (owner, version, length) is
+rewritten every ``lease/3`` by a plain write with this process's increasing
+timestamps. Waiters never touch the lock's Paxos row, so they never contend with the
+holder or with each other there. A waiter wrongly revoked only loses its place: its
+cell is deleted with a timestamp no later renewal can beat, and it queues again.
+
+**Unknown outcomes.** Every value written here is unique (owner + version), so a
+compare-and-set whose outcome was unknown is settled by value: the adapters resolve
+what they can (``CellStore.compare_and_set``); what they could not settle, the lease
+remembers as *pending* and recognises at its next attempt.
 """
 
 from __future__ import annotations
@@ -36,42 +48,102 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from lockclient import metrics
-from lockclient.errors import LockLost, StoreError
+from lockclient.errors import StoreError
 from lockclient.logs import get_logger
-from lockclient.store import CellStore
+from lockclient.store import CellStore, Table
 
-__all__ = ["FENCE_COLUMN", "Lease", "LeaseRecord", "Renewer", "parse_fence"]
+__all__ = [
+    "FENCE_COLUMN",
+    "HOLDER_COLUMN",
+    "HeldLease",
+    "HolderRecord",
+    "LeaseRecord",
+    "LostEvent",
+    "WaiterLease",
+    "WaiterRecord",
+    "format_fence",
+    "parse_fence",
+]
 
+HOLDER_COLUMN = "~holder"
+"""The holder's lease record in the lock's row of the lease table."""
 FENCE_COLUMN = "~fence"
-"""The fencing counter's column in the versioned row (owners never start with '~')."""
+"""The fencing counter in the same row: ``"<n>|<owner that took n>"``."""
 
 log = get_logger("lockclient.lease")
 
 
+def _loads(raw: str, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise StoreError(f"malformed {what} {raw[:100]!r}") from exc
+    if not isinstance(data, dict):
+        raise StoreError(f"malformed {what} {raw[:100]!r}")
+    return data
+
+
 @dataclass(frozen=True, slots=True)
-class LeaseRecord:
+class HolderRecord:
+    """The value of ``~holder``."""
+
+    owner: str
     version: int
     lease: float
     ticket: str
-    holding: bool = False
+    token: int
 
     def encode(self) -> str:
         return json.dumps(
-            {"v": self.version, "lease": self.lease, "ticket": self.ticket, "holding": self.holding},
+            {"o": self.owner, "v": self.version, "l": self.lease, "t": self.ticket, "f": self.token},
             separators=(",", ":"),
             sort_keys=True,
         )
 
     @classmethod
-    def decode(cls, raw: str) -> LeaseRecord:
+    def decode(cls, raw: str) -> HolderRecord:
+        data = _loads(raw, "holder record")
         try:
-            data = json.loads(raw)
-            return cls(int(data["v"]), float(data["lease"]), str(data["ticket"]), bool(data.get("holding", False)))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StoreError(f"malformed lease record {raw[:100]!r}") from exc
+            return cls(str(data["o"]), int(data["v"]), float(data["l"]), str(data["t"]), int(data["f"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"malformed holder record {raw[:100]!r}") from exc
+
+    def renewed(self) -> HolderRecord:
+        return replace(self, version=self.version + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class WaiterRecord:
+    """The value of a queue cell: the waiter's lease."""
+
+    owner: str
+    version: int
+    lease: float
+
+    def encode(self) -> str:
+        return json.dumps({"o": self.owner, "v": self.version, "l": self.lease}, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def decode(cls, raw: str) -> WaiterRecord:
+        data = _loads(raw, "queue cell")
+        try:
+            return cls(str(data["o"]), int(data["v"]), float(data["l"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"malformed queue cell {raw[:100]!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """One lease as ``status()`` and leasewatch show it (a holder's or a waiter's)."""
+
+    version: int
+    lease: float
+    ticket: str
+    holding: bool = False
 
 
 def parse_fence(raw: str | None) -> tuple[int, str]:
@@ -85,175 +157,218 @@ def parse_fence(raw: str | None) -> tuple[int, str]:
         raise StoreError(f"malformed fencing counter {raw[:100]!r}") from exc
 
 
-class Lease:
-    """One lease record this process keeps alive. All store calls on it are serialized."""
+def format_fence(token: int, owner: str) -> str:
+    return f"{token}|{owner}"
+
+
+class LostEvent(threading.Event):
+    """``lock.lost``: set when the lease was revoked, could not be renewed in time, or ran
+    past ``max_hold`` — and *also* whenever it is looked at after ``valid_until`` passed,
+    whether or not any thread noticed yet (``is_set`` and ``wait`` check the deadline)."""
+
+    def __init__(self, lease: HeldLease) -> None:
+        super().__init__()
+        self._lease = lease
+
+    def is_set(self) -> bool:
+        if super().is_set():
+            return True
+        self._lease.check_expiry()
+        return super().is_set()
+
+    isSet = is_set  # noqa: N815 - threading.Event's old alias must not bypass the check
+
+    def wait(self, timeout: float | None = None) -> bool:
+        monotonic = self._lease.monotonic
+        deadline = None if timeout is None else monotonic() + timeout
+        while True:
+            if self.is_set():
+                return True
+            now = monotonic()
+            wake = self._lease.valid_until()
+            if deadline is not None:
+                wake = min(wake, deadline)
+            if super().wait(max(0.0, wake - now) + 0.001) or self.is_set():
+                return True
+            if deadline is not None and monotonic() >= deadline:
+                return False
+
+
+class HeldLease:
+    """The holder's side of one granted lock: its record, its validity, its lost signal.
+
+    Store calls on one lease are serialized (renewal, release); validity is read without
+    the mutex, so a stuck store call never delays the answer to "am I still valid?".
+    """
 
     def __init__(
         self,
-        store: CellStore,
         lock_id: str,
-        owner: str,
-        ticket: str,
-        lease: float,
+        record: HolderRecord,
         *,
+        renewed_at: float,
         max_hold: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.store = store
         self.lock_id = lock_id
-        self.owner = owner
-        self.ticket = ticket
-        self.lease = lease
+        self.owner = record.owner
+        self.ticket = record.ticket
+        self.lease = record.lease
+        self.token = record.token
         self.max_hold = max_hold
-        self._monotonic = monotonic
-        self._mutex = threading.Lock()
-        self._record = LeaseRecord(1, lease, ticket)
-        self._value: str | None = None
-        self.renewed_at = monotonic()
-        """Start (monotonic) of the last successful create/renewal."""
-        self.holding_since: float | None = None
-        self.lost = threading.Event()
+        self.monotonic = monotonic
+        self.record = record
+        self.value = record.encode()
+        self.renewed_at = renewed_at
+        """Start (monotonic) of the compare-and-set that last proved this lease ours."""
+        self.holding_since = renewed_at
+        self._pending: tuple[HolderRecord, str, float] | None = None
+        """A renewal whose outcome stayed unknown: (record, value, start); ours if found."""
+        self._release_tried = False
+        self._released_clean = False
+        self.releasing = False
+        """release() was called: a record found gone is a release that landed, not a loss."""
+        self.lost = LostEvent(self)
         self.lost_reason: str | None = None
         self.ended = False
-        self._callbacks: list[Callable[[str], None]] = []
+        """Released: the record is gone from the store (or was never ours)."""
         self.renew_failures = 0
-        self.last_attempt_at = self.renewed_at
+        self.last_attempt_at = renewed_at
         self.renewing_stopped = False
+        self._mutex = threading.Lock()  # serializes store calls on this lease
+        self._state = threading.Lock()  # guards lost / callbacks (never held across a store call)
+        self._callbacks: list[Callable[[str], None]] = []
 
-    # -- lifecycle -------------------------------------------------------------------
+    # -- validity --------------------------------------------------------------------
 
-    def create(self) -> None:
-        started = self._monotonic()
-        value = self._record.encode()
-        with self._mutex:
-            result = self.store.compare_and_set(self.lock_id, {self.owner: None}, {self.owner: value})
-            if not result.applied:  # owners are unique per attempt: this cannot be someone else's
-                raise StoreError(f"lease record for {self.owner} already exists")
-            self._value = value
-            self.renewed_at = started
-
-    def renew(self) -> None:
-        """One renewal: ``v -> v+1 if still v``. Called by the renewer thread."""
-        if self.ended or self.lost.is_set():
-            return
-        hold_started = self.holding_since
-        if self.max_hold is not None and hold_started is not None and self._monotonic() - hold_started > self.max_hold:
-            # A hung holder: stop renewing; the lease runs out and leasewatch revokes it.
-            if not self.renewing_stopped:
-                log.warning("max_hold_exceeded", lock_id=self.lock_id, owner=self.owner, max_hold=self.max_hold)
-            self.renewing_stopped = True
-            self.check_expiry()
-            return
-        started = self.last_attempt_at = self._monotonic()
-        with self._mutex:
-            if self.ended or self._value is None:
-                return
-            record = LeaseRecord(self._record.version + 1, self.lease, self.ticket, self._record.holding)
-            new_value = record.encode()
-            try:
-                result = self.store.compare_and_set(self.lock_id, {self.owner: self._value}, {self.owner: new_value})
-            except StoreError as exc:
-                self.renew_failures += 1
-                metrics.RENEWALS.labels("error").inc()
-                log.warning("lease_renewal_failed", lock_id=self.lock_id, owner=self.owner, error=str(exc))
-                self._check_expiry_locked()
-                return
-            if result.applied:
-                self._record, self._value = record, new_value
-                self.renewed_at = started
-                self.renew_failures = 0
-                metrics.RENEWALS.labels("ok").inc()
-                return
-        metrics.RENEWALS.labels("revoked").inc()
-        current = result.current.get(self.owner)
-        self.mark_lost("lease revoked" if current is None else "lease record changed by another writer")
+    def valid_until(self) -> float:
+        return self.renewed_at + self.lease
 
     def check_expiry(self) -> None:
-        with self._mutex:
-            self._check_expiry_locked()
-
-    def _check_expiry_locked(self) -> None:
-        if not self.ended and self._monotonic() - self.renewed_at > self.lease:
-            self._fire_lost(f"no renewal succeeded within the lease ({self.lease}s)")
+        if not self.ended and self.monotonic() >= self.valid_until():
+            self._fire_lost(f"no renewal succeeded within the lease ({self.lease:g} s)")
 
     def next_due(self) -> float:
-        """Monotonic time of the next renewal: every lease/3; sooner after a failure."""
-        if self.renewing_stopped:
-            return self.renewed_at + self.lease + 0.001  # only the expiry check remains
+        """When the next renewal should start: every lease/3; sooner after a failure."""
         if self.renew_failures:
             return self.last_attempt_at + min(self.lease / 10, 1.0)
         return self.renewed_at + self.lease / 3
 
-    def bump_fence(self) -> int:
-        """Increment the fencing counter iff this lease is still at its version; return the token."""
-        while True:
-            with self._mutex:
-                if self.lost.is_set():
-                    raise LockLost(f"lease lost before the fencing token: {self.lost_reason}", lock_id=self.lock_id)
-                mine = self._value
-                row = self.store.read_versioned(self.lock_id)
-                if row.get(self.owner) != mine:
-                    reason = "lease revoked before the fencing token was issued"
-                    self._fire_lost(reason)
-                    raise LockLost(reason, lock_id=self.lock_id)
-                current = row.get(FENCE_COLUMN)
-                token = parse_fence(current)[0] + 1
-                result = self.store.compare_and_set(
-                    self.lock_id,
-                    {FENCE_COLUMN: current, self.owner: mine},
-                    {FENCE_COLUMN: f"{token}|{self.owner}"},
-                )
-                if result.applied:
-                    return token
-                if result.current.get(self.owner) != mine:
-                    reason = "lease revoked before the fencing token was issued"
-                    self._fire_lost(reason)
-                    raise LockLost(reason, lock_id=self.lock_id)
-            # Another holder's bump raced ours (it can only be an older holder finishing): re-read.
+    # -- store calls --------------------------------------------------------------------
 
-    def mark_holding(self) -> None:
-        """From now on this lease belongs to a holder; the next renewal publishes that."""
-        self.holding_since = self._monotonic()
-        with self._mutex:
-            self._record = LeaseRecord(self._record.version, self.lease, self.ticket, holding=True)
-
-    def end(self) -> None:
-        """Stop renewing and delete the record if it is still ours (release). Idempotent."""
+    def renew(self, store: CellStore) -> None:
+        """One renewal: ``me@v -> me@v+1 if still me@v``. Called by the keeper."""
+        if self.ended or self.lost.is_set():
+            return
+        if self.max_hold is not None and self.monotonic() - self.holding_since > self.max_hold:
+            # A hung holder: stop renewing; the lease runs out and leasewatch revokes it.
+            if not self.renewing_stopped:
+                log.warning("max_hold_exceeded", lock_id=self.lock_id, owner=self.owner, max_hold=self.max_hold)
+            self.renewing_stopped = True
+            return
         with self._mutex:
             if self.ended:
                 return
-            self.ended = True
-            value = self._value
-            if value is not None:
-                self.store.compare_and_set(self.lock_id, {self.owner: value}, {self.owner: None})
+            started = self.last_attempt_at = self.monotonic()
+            for _ in range(2):
+                new = self.record.renewed()
+                new_value = new.encode()
+                try:
+                    result = store.compare_and_set(
+                        self.lock_id, {HOLDER_COLUMN: self.value}, {HOLDER_COLUMN: new_value}
+                    )
+                except StoreError as exc:
+                    # Outcome unknown even after the adapter's re-reads: remember the proposal,
+                    # so that finding it later proves it applied (values are unique).
+                    self._pending = (new, new_value, started)
+                    self.renew_failures += 1
+                    metrics.RENEWALS.labels("error").inc()
+                    log.warning("lease_renewal_failed", lock_id=self.lock_id, owner=self.owner, error=str(exc))
+                    return
+                if result.applied:
+                    self._adopt(new, new_value, started)
+                    metrics.RENEWALS.labels("ok").inc()
+                    return
+                if not self._adopt_pending(result.current.get(HOLDER_COLUMN)):
+                    break
+            current = result.current.get(HOLDER_COLUMN)
+            if current is None and self.releasing and self._release_tried:
+                self._end(clean=True)  # our release landed; its answer was lost
+                return
+        metrics.RENEWALS.labels("revoked").inc()
+        self._fire_lost("lease revoked" if current is None else "lease record changed by another writer")
+
+    def _adopt(self, record: HolderRecord, value: str, started: float) -> None:
+        self.record, self.value = record, value
+        self.renewed_at = max(self.renewed_at, started)
+        self.renew_failures = 0
+        self._pending = None
+
+    def _adopt_pending(self, current: str | None) -> bool:
+        """The row holds the value of an earlier attempt whose answer was lost: it applied.
+        Go on from it (caller holds the mutex). False if ``current`` is not that value."""
+        pending = self._pending
+        if pending is None or current != pending[1]:
+            return False
+        self._adopt(*pending)
+        return True
+
+    def release(self, store: CellStore) -> bool:
+        """Delete the record if it is still ours. True if it was ours until now; False if it
+        had been revoked or changed (the lock was lost). Raises StoreError when the outcome
+        stays unknown — the caller retries, and a retry recognises an earlier success."""
+        with self._mutex:
+            if self.ended:
+                return self._released_clean
+            for _ in range(2):
+                result = store.compare_and_set(self.lock_id, {HOLDER_COLUMN: self.value}, {HOLDER_COLUMN: None})
+                if result.applied:
+                    self._end(clean=True)
+                    return True
+                current = result.current.get(HOLDER_COLUMN)
+                if current is None and self._release_tried:
+                    # Gone after an attempt of ours whose answer was lost: that was us (a
+                    # revocation meanwhile would have needed our value, which only we renew).
+                    self._end(clean=True)
+                    return True
+                if not self._adopt_pending(current):
+                    break
+            self._fire_lost("lease revoked before release")
+            self._end(clean=False)
+            return False
+
+    def note_release_attempt(self) -> None:
+        """A release call raised (outcome unknown): a later "already gone" is our own doing."""
+        self._release_tried = True
+
+    def _end(self, *, clean: bool) -> None:
+        self.ended = True
+        self._released_clean = clean
 
     # -- lost signal ---------------------------------------------------------------------
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
-        fire_now = False
-        with self._mutex:
-            if self.lost.is_set():
-                fire_now = True
-            else:
+        with self._state:
+            fire_now = self.lost.is_set() and not self.ended
+            if not fire_now:
                 self._callbacks.append(callback)
         if fire_now:
             self._run_callback(callback, self.lost_reason or "lost")
 
     def mark_lost(self, reason: str) -> None:
-        with self._mutex:
-            self._fire_lost(reason)
+        self._fire_lost(reason)
 
     def _fire_lost(self, reason: str) -> None:
-        if self.lost.is_set() or self.ended:
-            return
-        self.lost_reason = reason
-        self.lost.set()
+        with self._state:
+            if threading.Event.is_set(self.lost) or self.ended:
+                return
+            self.lost_reason = reason
+            threading.Event.set(self.lost)
+            callbacks, self._callbacks = self._callbacks, []
         metrics.LOCKS_LOST.inc()
         log.warning("lock_lost", lock_id=self.lock_id, owner=self.owner, reason=reason)
-        callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
-            # Callbacks run on the renewer thread without our mutex held would be nicer, but
-            # they are user code: run them in their own thread so none can stall renewals.
+            # User code: each in its own thread, so none can stall renewals or expiry.
             threading.Thread(target=self._run_callback, args=(callback, reason), daemon=True).start()
 
     def _run_callback(self, callback: Callable[[str], None], reason: str) -> None:
@@ -263,54 +378,54 @@ class Lease:
             log.exception("on_lost_callback_failed", lock_id=self.lock_id)
 
 
-class Renewer:
-    """One thread renewing every lease of one locker, each every ``lease/3``."""
+class WaiterLease:
+    """A waiter's queue cell, renewed by rewriting it (a plain write, never Paxos)."""
 
-    def __init__(self, name: str = "chronolock-renewer", monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._leases: set[Lease] = set()
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self._name = name
-        self._monotonic = monotonic
+    def __init__(
+        self,
+        lock_id: str,
+        owner: str,
+        ticket: str,
+        lease: float,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.lock_id = lock_id
+        self.owner = owner
+        self.ticket = ticket
+        self.lease = lease
+        self.monotonic = monotonic
+        self.record = WaiterRecord(owner, 1, lease)
+        self.renewed_at = monotonic()
+        self.renew_failures = 0
+        self.last_attempt_at = self.renewed_at
+        self.ended = False
+        self._mutex = threading.Lock()
 
-    def add(self, lease: Lease) -> None:
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("the locker is closed")
-            self._leases.add(lease)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-            self._cond.notify()
+    @property
+    def value(self) -> str:
+        return self.record.encode()
 
-    def remove(self, lease: Lease) -> None:
-        with self._cond:
-            self._leases.discard(lease)
+    def next_due(self) -> float:
+        if self.renew_failures:
+            return self.last_attempt_at + min(self.lease / 10, 1.0)
+        return self.renewed_at + self.lease / 3
 
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
+    def renew(self, store: CellStore, timestamp: Callable[[], int]) -> None:
+        with self._mutex:
+            if self.ended:
+                return
+            started = self.last_attempt_at = self.monotonic()
+            record = replace(self.record, version=self.record.version + 1)
+            try:
+                store.put(Table.QUEUE, self.lock_id, self.ticket, record.encode(), timestamp=timestamp())
+            except StoreError as exc:
+                self.renew_failures += 1
+                log.warning("waiter_renewal_failed", lock_id=self.lock_id, owner=self.owner, error=str(exc))
+                return
+            self.record, self.renewed_at, self.renew_failures = record, started, 0
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if self._closed:
-                    return
-                now = self._monotonic()
-                due = [lease for lease in self._leases if lease.next_due() <= now]
-                if not due:
-                    wake = min((lease.next_due() for lease in self._leases), default=now + 1.0)
-                    self._cond.wait(timeout=max(0.0, min(wake - now, 1.0)))
-                    continue
-            for lease in due:
-                try:
-                    lease.renew()
-                    lease.check_expiry()
-                except Exception:  # never let one lease kill the renewer
-                    log.exception("lease_renewer_error", lock_id=lease.lock_id)
-                if lease.lost.is_set() or lease.ended:
-                    self.remove(lease)
+    def end(self) -> None:
+        """Stop renewing (the caller deletes the cell, or it became the holder's)."""
+        with self._mutex:
+            self.ended = True

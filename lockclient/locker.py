@@ -1,85 +1,78 @@
-"""The fair lock: ``RemoteLocker.get_lock`` (thesis listing 6) and ``try_get_lock`` (listing 7).
+"""The public API: ``RemoteLocker.get_lock`` / ``try_get_lock`` and the held ``RemoteLock``.
 
-Per lock id there are two rows (thesis §5): the **queue row**, whose columns
-are tickets (20-digit global µs + owner, so column order is arrival order),
-and the **owner row** ("main row"), whose columns are owners. A contender
-enqueues, waits until its ticket is the head of the queue, writes itself into
-the owner row and reads it back: alone means acquired (thesis theorem 1 —
-by lemma 1, of two contenders that both write and then read at QUORUM, at
-least one sees both cells, so two can never both see themselves alone).
-Otherwise it deletes its owner cell and tries again.
+A :class:`RemoteLocker` owns what every acquisition shares — the store, the global
+clock, the keeper that renews leases (:mod:`lockclient.keeper`), the watermark cache,
+the in-process wake-ups — and runs one algorithm: the fair queue
+(:mod:`lockclient.fairqueue`, the default) or the thesis' baseline
+(:mod:`lockclient.backoff`, for benchmarks). To follow one acquisition top to bottom,
+read :meth:`RemoteLocker.get_lock`, then :meth:`lockclient.fairqueue.FairQueue.acquire`,
+then :func:`lockclient.algorithm.take`.
 
-Around that core this module adds what the thesis left open:
+What a held lock promises (DESIGN.md §5, §7; the README states the bounds):
 
-* leases for waiters *and* holders (:mod:`lockclient.lease`), written before
-  the queue cell, so leasewatch can remove dead contenders instead of a TTL;
-* a fencing token, bumped only while the lease is still valid;
-* explicit, strictly increasing write timestamps seeded from global time
-  (DESIGN.md "timestamps rule"): every mutation of our own cells carries a
-  timestamp greater than the cell it supersedes, whatever this machine's
-  wall clock says;
-* waiting without hammering the store: waiters poll with capped exponential
-  back-off scaled by their position in the queue, and waiters in the same
-  process are woken directly by a release (cross-process wake-ups come from
-  leasewatch's wait endpoint through the :class:`Waker` hook);
-* tombstone-safe queue reads: the slice starts at a *watermark* below which
-  the queue row holds only tombstones (see :meth:`RemoteLocker._watermark`).
+* **Fencing**: ``fencing_token`` strictly increases across all holders of one lock id,
+  and a contender that was not granted never gets one (the grant and the token are
+  one compare-and-set).
+* **Lease**: ``held`` is true only while the lease is valid *by this process's own
+  clock* (start of the last successful renewal + lease length), computed when asked;
+  leasewatch never revokes before that moment has passed (given clock rates that
+  differ by less than grace/lease). So at any grant, no other owner of that lock id
+  still sees ``held == True`` — unless its process was paused (GC, SIGSTOP, a frozen
+  VM) between looking and acting, which only the fencing token can catch.
+* **Release** takes one round trip, never raises because the store is away, and
+  finishes in the background (renewing until then) if it could not finish at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-import random
 import threading
 import time
-import zlib
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal
 
 from lockclient import metrics
+from lockclient.algorithm import Acquisition, Algorithm, Services, Timestamps
+from lockclient.backoff import Backoff
 from lockclient.clock import GlobalClock, StoreClock, TimeServiceClock
 from lockclient.errors import LockCancelled, LockLost, LockNotOwned, LockTimeout, StoreError
-from lockclient.lease import FENCE_COLUMN, Lease, LeaseRecord, Renewer, parse_fence
-from lockclient.lockid import make_owner, make_ticket, ticket_time, validate_lock_id
+from lockclient.fairqueue import FairQueue
+from lockclient.keeper import Keeper
+from lockclient.lease import (
+    FENCE_COLUMN,
+    HOLDER_COLUMN,
+    HeldLease,
+    HolderRecord,
+    LeaseRecord,
+    WaiterRecord,
+    parse_fence,
+)
+from lockclient.lockid import INDEX_SHARDS, index_shard, ticket_time, validate_lock_id
 from lockclient.logs import get_logger
-from lockclient.store import CellStore, Table
+from lockclient.store import CellStore, Table, concurrently
+from lockclient.store.counting import CountingStore, OpCounts
+from lockclient.wake import InProcessSignals, Waker, Watch
+from lockclient.watermark import Watermarks
 
-__all__ = ["INDEX_SHARDS", "LockStatus", "QueueEntry", "RemoteLock", "RemoteLocker", "Waker", "index_shard"]
+__all__ = [
+    "INDEX_SHARDS",
+    "LockStatus",
+    "QueueEntry",
+    "RemoteLock",
+    "RemoteLocker",
+    "Waker",
+    "Watch",
+    "index_shard",
+]
 
 log = get_logger("lockclient")
 
-INDEX_SHARDS = 64
-"""Lock ids with live state are listed in INDEX rows "0".."63" for leasewatch's scan."""
-
-ENQUEUE_WINDOW_US = 10_000_000
-"""Bound on the time between taking a ticket and its queue cell being visible.
-
-An enqueue that took longer than half of this is withdrawn and retried with a
-fresh ticket, so any live queue cell has a ticket no older than
-``head - ENQUEUE_WINDOW_US``; the watermark may skip everything below that.
-"""
-
-_QUEUE_SLICE = 64
-"""How many queue cells one poll reads at most (enough to know our position)."""
-
-
-def index_shard(lock_id: str) -> str:
-    """The INDEX row that lists ``lock_id``: stable across processes and languages (CRC-32)."""
-    return str(zlib.crc32(lock_id.encode("utf-8")) % INDEX_SHARDS)
-
-
-class Waker(Protocol):
-    """Cross-process wake-up hook: block until the lock's queue head or holder may have
-    changed, or ``timeout`` elapses. leasewatch's ``/locks/{id}/wait`` implements it."""
-
-    def wait_for_change(self, lock_id: str, head: str | None, timeout: float) -> bool:
-        """Block until the head moves away from ``head`` or ``timeout`` elapses; return False
-        at once (without waiting) if the wake-up service is unavailable."""
-        ...
+RELEASE_RETRY_FOR = 3.0
+"""A release that could not finish keeps trying for this many leases (renewing meanwhile)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,100 +91,40 @@ class LockStatus:
     fencing_token: int
     fencing_owner: str
     queue: list[QueueEntry]
+    """The holder's cell first (it keeps it until it releases), then the waiters in order."""
     leases: dict[str, LeaseRecord]
-
-
-class _Timestamps:
-    """Strictly increasing write timestamps (µs), never below the global time they are seeded with."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last = 0
-
-    def next(self, at_least: int = 0) -> int:
-        with self._lock:
-            self._last = max(self._last + 1, at_least)
-            return self._last
-
-
-class _CountingStore:
-    """Counts the store operations of one acquisition (exported as a metric and kept on the lock)."""
-
-    def __init__(self, store: CellStore, counts: Counter[str]) -> None:
-        self._store = store
-        self.counts = counts
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if not callable(attr):
-            return attr
-        counts = self.counts
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            counts[name] += 1
-            metrics.STORE_OPS.labels(name).inc()
-            return attr(*args, **kwargs)
-
-        return counted
-
-
-class _Revoked(Exception):
-    """Our waiting lease was revoked (we were paused, or the store was away longer than a lease)."""
-
-
-class _Signals:
-    """In-process wake-ups: a release wakes the other waiters of that lock id in this process."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._generation: dict[str, int] = {}
-
-    def generation(self, lock_id: str) -> int:
-        with self._cond:
-            return self._generation.get(lock_id, 0)
-
-    def notify(self, lock_id: str) -> None:
-        with self._cond:
-            self._generation[lock_id] = self._generation.get(lock_id, 0) + 1
-            self._cond.notify_all()
-
-    def wait(self, lock_id: str, seen: int, timeout: float, cancel: threading.Event | None) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._generation.get(lock_id, 0) == seen:
-                if cancel is not None and cancel.is_set():
-                    return
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                # Wake at least every 50 ms to notice `cancel` (an Event cannot notify our Condition).
-                self._cond.wait(min(remaining, 0.05) if cancel is not None else remaining)
 
 
 class RemoteLock:
     """A held lock. Use as a context manager, or call :meth:`release`.
 
-    ``lost`` is set (and ``on_lost`` callbacks run) when the lease is revoked or
-    could not be renewed within its length; the holder must then stop touching
-    the protected resource. ``fencing_token`` strictly increases across all
+    ``lost`` is set (and ``on_lost`` callbacks run) when the lease is revoked, could not
+    be renewed within its length, or ran past ``max_hold``; the holder must then stop
+    touching the protected resource. ``fencing_token`` strictly increases across all
     holders of one lock id: pass it to the resource so it can refuse stale holders.
     """
 
-    def __init__(
-        self, locker: RemoteLocker, lease: Lease, fencing_token: int, store_ops: Counter[str], algorithm: str
-    ) -> None:
+    def __init__(self, locker: RemoteLocker, lease: HeldLease, counts: OpCounts, algorithm: str) -> None:
         self._locker = locker
         self._lease = lease
         self.lock_id = lease.lock_id
         self.owner = lease.owner
         self.ticket = lease.ticket
-        self.fencing_token = fencing_token
-        self.store_ops = sum(store_ops.values())
+        self.fencing_token = lease.token
+        self.store_ops = counts.total
         """Store operations the acquisition needed."""
-        self.store_op_counts = dict(store_ops)
+        self.store_op_counts = dict(counts.ops)
         """The same, by operation (``read_row``, ``put``, ``compare_and_set``, ...)."""
+        self.round_trips = counts.round_trips
+        """Sequential store round trips on the acquisition's path (a concurrent group counts once)."""
+        self.lwt_rounds = counts.lwt_rounds
+        """Paxos rounds (compare-and-sets, serial reads) the acquisition needed."""
+        self.release_counts = OpCounts()
+        """What the release cost (filled in by :meth:`release`)."""
         self.algorithm = algorithm
         self.released = False
+        self._release_lock = threading.Lock()
+        self._cleanup_done = threading.Event()
 
     @property
     def thread_id(self) -> str:
@@ -200,6 +133,7 @@ class RemoteLock:
 
     @property
     def lost(self) -> threading.Event:
+        """Set when the lock is lost; also reads as set once ``valid_until`` has passed."""
         return self._lease.lost
 
     @property
@@ -216,33 +150,35 @@ class RemoteLock:
         """``time.monotonic()`` value after which this holder must consider the lease lost:
         the start of its last successful renewal plus the lease length. leasewatch never
         revokes before this moment (DESIGN.md §6). Computed when asked."""
-        return self._lease.renewed_at + self._lease.lease
+        return self._lease.valid_until()
 
     @property
     def held(self) -> bool:
         """True while acquired, not released, not lost and the lease still valid *now*."""
-        if self.released or self._lease.lost.is_set():
-            return False
-        if time.monotonic() >= self.valid_until:
-            self._lease.check_expiry()
-            return False
-        return True
+        return not self.released and not self._lease.lost.is_set()
+
+    @property
+    def cleanup_pending(self) -> bool:
+        """True while a release that could not reach the store is still being retried."""
+        return self.released and not self._cleanup_done.is_set()
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(reason)`` (in its own thread) when the lock is lost; at once if it already is."""
         self._lease.on_lost(callback)
 
     def release(self) -> bool:
-        """Release the lock. Returns False (and does nothing harmful) if it was already lost
-        or released. Idempotent; safe after a revocation."""
-        if self.released:
+        """Release the lock: True if it was held until now, False if it had been lost (or was
+        already released). One store round trip; never raises because the store is away —
+        then the release finishes in the background (and the lease is renewed until it
+        does, so a waiter never waits for leasewatch). Idempotent: a second call returns
+        False and retries a pending cleanup once, at once."""
+        with self._release_lock:
+            again, self.released = self.released, True
+        if again:
+            if not self._cleanup_done.is_set():
+                self._locker._finish_release(self, background=False)
             return False
-        self.released = True
-        was_lost = self._lease.lost.is_set()
-        self._locker._release(self._lease, algorithm=self.algorithm)
-        if was_lost:
-            log.warning("release_after_loss", lock_id=self.lock_id, owner=self.owner, reason=self.lost_reason)
-        return not was_lost
+        return self._locker._release(self)
 
     def __enter__(self) -> RemoteLock:
         if self.released:
@@ -254,9 +190,8 @@ class RemoteLock:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        lost = self._lease.lost.is_set()
-        self.release()
-        if lost and exc_type is None:
+        held = self.release()
+        if not held and exc_type is None:
             raise LockLost(f"the lock was lost while held: {self.lost_reason}", lock_id=self.lock_id)
 
     async def __aenter__(self) -> RemoteLock:
@@ -265,9 +200,8 @@ class RemoteLock:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        lost = self._lease.lost.is_set()
-        await asyncio.to_thread(self.release)
-        if lost and exc_type is None:
+        held = await asyncio.to_thread(self.release)
+        if not held and exc_type is None:
             raise LockLost(f"the lock was lost while held: {self.lost_reason}", lock_id=self.lock_id)
 
     def __repr__(self) -> str:
@@ -305,12 +239,15 @@ class RemoteLocker:
         owns_store: bool = False,
         backoff_owner_wait: float = 1.0,
         backoff_step: float = 0.05,
+        keeper_workers: int = 8,
+        allow_store_clock: bool = False,
+        clock_max_age: float = 1.0,
     ) -> None:
-        if lease <= 0 or not math.isfinite(lease):
+        if not (lease > 0 and math.isfinite(lease)):
             raise ValueError(f"lease must be a positive number of seconds, got {lease}")
         if not 0 < poll_min <= poll_max:
             raise ValueError(f"need 0 < poll_min <= poll_max, got {poll_min}, {poll_max}")
-        if max_hold is not None and max_hold <= 0:
+        if max_hold is not None and not max_hold > 0:
             raise ValueError(f"max_hold must be positive, got {max_hold}")
         if algorithm not in ("queue", "backoff"):
             raise ValueError(f"algorithm must be 'queue' or 'backoff', got {algorithm!r}")
@@ -320,24 +257,33 @@ class RemoteLocker:
                 "leases and fencing tokens depend on it"
             )
         self.store = store
-        self.clock: GlobalClock = clock if clock is not None else StoreClock(store)
+        self.clock: GlobalClock = (
+            clock if clock is not None else StoreClock(store, allow_shared=allow_store_clock, max_age=clock_max_age)
+        )
         self._owns_clock = clock is None
         self.lease = lease
         self.algorithm = algorithm
-        self.poll_min = poll_min
-        self.poll_max = poll_max
         self.max_hold = max_hold
         self.waker = waker
         self._owns_store = owns_store
-        # The baseline's random sleeps (thesis listing 4: 0..1000 ms, 0..50*attempt ms).
-        self.backoff_owner_wait = backoff_owner_wait
-        self.backoff_step = backoff_step
-        self._timestamps = _Timestamps()
-        self._renewer = Renewer()
-        self._signals = _Signals()
-        self._watermarks: dict[str, int] = {}  # what we may skip (stored or derived from a head we saw)
-        self._stored_watermarks: dict[str, int] = {}  # what we know is stored
-        self._watermarks_lock = threading.Lock()
+        timestamps = Timestamps()
+        self._services = Services(
+            store=store,
+            clock=self.clock,
+            timestamps=timestamps,
+            keeper=Keeper(store, timestamps.next, workers=keeper_workers),
+            watermarks=Watermarks(),
+            signals=InProcessSignals(),
+            waker=waker,
+            lease=lease,
+            poll_min=poll_min,
+            poll_max=poll_max,
+        )
+        self._algorithm: Algorithm = (
+            FairQueue(self._services)
+            if algorithm == "queue"
+            else Backoff(self._services, owner_wait=backoff_owner_wait, step=backoff_step)
+        )
         self._closed = False
 
     @classmethod
@@ -348,21 +294,31 @@ class RemoteLocker:
         settings = ClientSettings()
         store = settings.open_store()
         clock: GlobalClock | None = None
-        if settings.timesvc_urls:
-            clock = TimeServiceClock(settings.timesvc_urls, timeout=settings.http_timeout)
         waker: Waker | None = None
-        if settings.leasewatch_url:
-            from lockclient.wake import LeasewatchWaker
-
-            waker = LeasewatchWaker(settings.leasewatch_url, timeout=settings.http_timeout)
-        kwargs: dict[str, Any] = {"lease": settings.lease, "waker": waker, "owns_store": True}
-        kwargs.update(overrides)
         try:
+            if settings.timesvc_urls:
+                clock = TimeServiceClock(
+                    settings.timesvc_urls, timeout=settings.http_timeout, max_age=settings.clock_max_age
+                )
+            if settings.leasewatch_url:
+                from lockclient.wake import LeasewatchWaker
+
+                waker = LeasewatchWaker(settings.leasewatch_url, timeout=settings.http_timeout)
+            kwargs: dict[str, Any] = {
+                "lease": settings.lease,
+                "waker": waker,
+                "owns_store": True,
+                "allow_store_clock": settings.allow_store_clock,
+                "clock_max_age": settings.clock_max_age,
+            }
+            kwargs.update(overrides)
             return cls(store, clock, **kwargs)
         except BaseException:
             store.close()
             if clock is not None:
                 clock.close()
+            if waker is not None:
+                waker.close()  # type: ignore[attr-defined]
             raise
 
     # -- public API ----------------------------------------------------------------------
@@ -379,29 +335,15 @@ class RemoteLocker:
 
         Raises :class:`LockTimeout` after ``timeout`` seconds (None: wait forever),
         :class:`LockCancelled` when ``cancel`` is set. Either way nothing is left
-        behind in the store.
+        behind in the store (or, if the store is away, it is removed in the background).
         """
         validate_lock_id(lock_id)
         _check_timeout(timeout)
         self._check_open()
         deadline = None if timeout is None else time.monotonic() + timeout
-        started = time.perf_counter()
-        outcome = "error"
-        counts: Counter[str] = Counter()
-        try:
-            lock = self._acquire(lock_id, deadline, cancel, max_hold, counts, blocking=True)
-            assert lock is not None
-            outcome = "acquired"
-            return lock
-        except LockTimeout:
-            outcome = "timeout"
-            raise
-        except LockCancelled:
-            outcome = "cancelled"
-            raise
-        finally:
-            metrics.ACQUIRE_SECONDS.labels(self.algorithm, outcome).observe(time.perf_counter() - started)
-            metrics.STORE_OPS_PER_ACQUISITION.labels(self.algorithm, outcome).observe(sum(counts.values()))
+        lock = self._acquire(lock_id, deadline, cancel, max_hold, blocking=True)
+        assert lock is not None
+        return lock
 
     def try_get_lock(self, lock_id: str, *, max_hold: float | None = None) -> RemoteLock | None:
         """Take the lock if nobody holds it or waits for it; never waits on a holder.
@@ -410,16 +352,7 @@ class RemoteLocker:
         """
         validate_lock_id(lock_id)
         self._check_open()
-        started = time.perf_counter()
-        counts: Counter[str] = Counter()
-        outcome = "error"
-        try:
-            lock = self._acquire(lock_id, None, None, max_hold, counts, blocking=False)
-            outcome = "acquired" if lock is not None else "busy"
-            return lock
-        finally:
-            metrics.ACQUIRE_SECONDS.labels(self.algorithm, outcome).observe(time.perf_counter() - started)
-            metrics.STORE_OPS_PER_ACQUISITION.labels(self.algorithm, outcome).observe(sum(counts.values()))
+        return self._acquire(lock_id, None, None, max_hold, blocking=False)
 
     async def aget_lock(
         self,
@@ -429,21 +362,39 @@ class RemoteLocker:
         max_hold: float | None = None,
     ) -> RemoteLock:
         """asyncio twin of :meth:`get_lock`. Cancelling the awaiting task cancels the
-        acquisition and cleans up. Ownership is the returned object, never the thread."""
+        acquisition and cleans up — however many times it is cancelled, and even if the
+        lock was granted just then (an acquisition nobody awaits any more is released).
+        Ownership is the returned object, never the thread."""
+        validate_lock_id(lock_id)
+        _check_timeout(timeout)
         cancel = threading.Event()
-        task = asyncio.ensure_future(
-            asyncio.to_thread(self.get_lock, lock_id, timeout, cancel=cancel, max_hold=max_hold)
-        )
+        abandoned = threading.Event()
+
+        def work() -> RemoteLock:
+            lock = self.get_lock(lock_id, timeout, cancel=cancel, max_hold=max_hold)
+            if abandoned.is_set():
+                lock.release()
+                raise LockCancelled("get_lock was cancelled", lock_id=lock_id)
+            return lock
+
+        def release_if_abandoned(task: asyncio.Future[RemoteLock]) -> None:
+            if abandoned.is_set() and not task.cancelled() and task.exception() is None:
+                # Granted, but the caller is gone: nobody else will ever release it.
+                threading.Thread(target=task.result().release, name="chronolock-abandoned", daemon=True).start()
+
+        task = asyncio.ensure_future(asyncio.to_thread(work))
+        task.add_done_callback(release_if_abandoned)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
+            # No await may stand between here and `abandoned.set()`: a second cancellation
+            # landing on it would leave a granted lock renewed forever (the old bug).
             cancel.set()
-            try:
-                lock = await task  # wait for the worker to clean up (or to finish acquiring)
-            except (LockCancelled, LockTimeout):
-                pass
-            else:
-                await asyncio.to_thread(lock.release)  # acquired just as we were cancelled
+            abandoned.set()
+            if task.done():
+                release_if_abandoned(task)
+            with contextlib.suppress(BaseException):  # cancelled again, or the worker's LockCancelled
+                await asyncio.shield(task)  # let the worker finish its clean-up, if we may wait
             raise
 
     async def atry_get_lock(self, lock_id: str, *, max_hold: float | None = None) -> RemoteLock | None:
@@ -451,25 +402,41 @@ class RemoteLocker:
         return await asyncio.to_thread(self.try_get_lock, lock_id, max_hold=max_hold)
 
     def status(self, lock_id: str) -> LockStatus:
-        """Holder(s), fencing token, queue in order and lease records of one lock."""
+        """Holder, fencing token, queue in order and leases of one lock (linearizable lease row)."""
         validate_lock_id(lock_id)
-        holders = [c.column for c in self.store.read_row(Table.OWNER, lock_id)]
-        start = make_ticket(self._watermark(lock_id, self.store), "")
-        queue = [
-            QueueEntry(c.column, c.value, ticket_time(c.column))
-            for c in self.store.read_row(Table.QUEUE, lock_id, start=start)
-        ]
-        row = self.store.read_versioned(lock_id)
-        token, fence_owner = parse_fence(row.pop(FENCE_COLUMN, None))
-        leases = {owner: LeaseRecord.decode(raw) for owner, raw in row.items()}
+        store = self.store
+        marks, row = concurrently(
+            store, lambda: store.read_row(Table.WATERMARK, lock_id), lambda: store.read_versioned(lock_id)
+        )
+        self._services.watermarks.observe(lock_id, marks)
+        cells = store.read_row(Table.QUEUE, lock_id, start=self._services.watermarks.start(lock_id))
+        token, fence_owner = parse_fence(row.get(FENCE_COLUMN))
+        holders: list[str] = []
+        leases: dict[str, LeaseRecord] = {}
+        raw_holder = row.get(HOLDER_COLUMN)
+        holder = HolderRecord.decode(raw_holder) if raw_holder is not None else None
+        if holder is not None:
+            holders.append(holder.owner)
+            leases[holder.owner] = LeaseRecord(holder.version, holder.lease, holder.ticket, holding=True)
+        queue: list[QueueEntry] = []
+        for cell in cells:
+            try:
+                waiter = WaiterRecord.decode(cell.value)
+            except StoreError:
+                queue.append(QueueEntry(cell.column, "?", ticket_time(cell.column)))
+                continue
+            queue.append(QueueEntry(cell.column, waiter.owner, ticket_time(cell.column)))
+            if holder is None or cell.column != holder.ticket:
+                leases[waiter.owner] = LeaseRecord(waiter.version, waiter.lease, cell.column)
         return LockStatus(lock_id, holders, token, fence_owner, queue, leases)
 
-    def close(self) -> None:
-        """Stop the renewer (held locks will then expire) and close what this locker opened."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Finish pending releases (up to ``timeout`` seconds), stop renewing (held locks then
+        expire and leasewatch revokes them), and close what this locker opened."""
         if self._closed:
             return
         self._closed = True
-        self._renewer.close()
+        self._services.keeper.close(timeout)
         if self._owns_clock or self._owns_store:
             self.clock.close()
         close_waker = getattr(self.waker, "close", None)
@@ -484,7 +451,7 @@ class RemoteLocker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- acquisition ------------------------------------------------------------------------
+    # -- acquisition and release ------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
@@ -496,201 +463,89 @@ class RemoteLocker:
         deadline: float | None,
         cancel: threading.Event | None,
         max_hold: float | None,
-        counts: Counter[str],
         *,
         blocking: bool,
     ) -> RemoteLock | None:
-        store = cast(CellStore, _CountingStore(self.store, counts))
-        max_hold = self.max_hold if max_hold is None else max_hold
-        if self.algorithm == "backoff":
-            from lockclient.backoff import backoff_acquire
-
-            return backoff_acquire(self, store, lock_id, deadline, cancel, max_hold, counts, blocking=blocking)
-        if not blocking and store.read_row(Table.OWNER, lock_id, limit=1):
-            return None  # listing 7, line 1: somebody holds it; do not even enqueue
-        while True:
-            lease = self._enqueue(store, lock_id, max_hold)
-            try:
-                acquired = self._wait_for_head(store, lease, deadline, cancel, blocking=blocking)
-                if not acquired:
-                    self._withdraw(store, lease)
-                    return None
-                token = lease.bump_fence()
-            except (_Revoked, LockLost) as exc:
-                # Revoked while waiting (paused longer than the lease, or the store was away):
-                # our place in the queue is gone. Clean up and queue again while time remains.
-                self._withdraw(store, lease)
-                log.warning("lease_revoked_while_acquiring", lock_id=lock_id, owner=lease.owner, error=str(exc))
-                if not blocking:
-                    return None
-                self._check_deadline(lock_id, deadline, cancel)
-                continue
-            except BaseException:
-                self._withdraw_quietly(store, lease)
-                raise
-            lease.mark_holding()
-            self._advance_watermark(store, lock_id, lease.ticket)
-            log.debug("acquired", lock_id=lock_id, owner=lease.owner, fencing_token=token, ops=sum(counts.values()))
-            return RemoteLock(self, lease, token, counts, self.algorithm)
-
-    def _enqueue(self, store: CellStore, lock_id: str, max_hold: float | None) -> Lease:
-        """Lease record first, then the index entry, then the queue cell (listing 5)."""
-        while True:
-            owner = make_owner()
-            # Start timing before asking for the time: a slow /now answer makes the ticket
-            # old too, and the bound below must cover it.
-            taken = time.monotonic()
-            now = self.clock.now_us()
-            ticket = make_ticket(now, owner)
-            lease = Lease(store, lock_id, owner, ticket, self.lease, max_hold=max_hold)
-            lease.create()
-            self._renewer.add(lease)
-            try:
-                store.put(Table.INDEX, index_shard(lock_id), lock_id, "", timestamp=self._timestamps.next(now))
-                store.put(Table.QUEUE, lock_id, ticket, owner, timestamp=self._timestamps.next(now))
-            except BaseException:
-                self._withdraw_quietly(store, lease)
-                raise
-            if (time.monotonic() - taken) * 1e6 <= ENQUEUE_WINDOW_US / 2:
-                return lease
-            # Took too long: other readers' watermark may already be past our ticket.
-            log.warning("slow_enqueue_retried", lock_id=lock_id, seconds=round(time.monotonic() - taken, 3))
-            self._withdraw(store, lease)
-
-    def _wait_for_head(
-        self,
-        store: CellStore,
-        lease: Lease,
-        deadline: float | None,
-        cancel: threading.Event | None,
-        *,
-        blocking: bool,
-    ) -> bool:
-        """Listing 6 (blocking) / listing 7 (not): True once acquired; False only when not blocking."""
-        lock_id, ticket, owner = lease.lock_id, lease.ticket, lease.owner
-        delay = self.poll_min
-        last_position: int | None = None
-        contention = 0
-        while True:
-            if lease.lost.is_set():
-                raise _Revoked(lease.lost_reason or "lost")
-            seen = self._signals.generation(lock_id)
-            start = make_ticket(min(self._watermark(lock_id, store), ticket_time(ticket)), "")
-            cells = store.read_row(Table.QUEUE, lock_id, start=start, limit=_QUEUE_SLICE)
-            position = next((i for i, c in enumerate(cells) if c.column == ticket), None)
-            if position is None:
-                if len(cells) < _QUEUE_SLICE or cells[-1].column > ticket:
-                    raise _Revoked("our queue cell is gone (revoked by leasewatch)")
-                position = _QUEUE_SLICE  # further back than one slice
-            if cells:
-                self._note_head(lock_id, cells[0].column)
-            if position == 0:
-                store.put(Table.OWNER, lock_id, owner, ticket, timestamp=self._timestamps.next())
-                owners = store.read_row(Table.OWNER, lock_id, limit=2)
-                if len(owners) == 1 and owners[0].column == owner:
-                    return True
-                # Not alone (theorem 1): withdraw the owner cell and try again. The other cell
-                # is a holder still releasing, a racing contender, or an orphan leasewatch clears.
-                store.delete(Table.OWNER, lock_id, owner, timestamp=self._timestamps.next())
-                contention += 1
-                if not blocking and contention >= 3:
-                    return False
-                wait = min(self.poll_max, self.poll_min * 2**contention) * random.uniform(0.5, 1.0)
-            else:
-                if not blocking:
-                    return False
-                if position != last_position:
-                    delay = self.poll_min * position  # moved up: poll soon, further back polls slower
-                else:
-                    delay = min(delay * 2, self.poll_max * min(position, 4))
-                last_position = position
-                wait = delay * random.uniform(0.5, 1.0)
-            self._check_deadline(lock_id, deadline, cancel)
-            if deadline is not None:
-                wait = min(wait, max(0.0, deadline - time.monotonic()))
-            if self.waker is not None and position != 0:
-                # leasewatch answers when the head or holder changes: wait for that instead of
-                # polling (the back-off only bounds the wait, in case a wake-up is missed).
-                remaining = self.poll_max * 20 if deadline is None else max(0.0, deadline - time.monotonic())
-                head = cells[0].column if cells else None
-                if not self.waker.wait_for_change(lock_id, head, min(remaining, 5.0)):
-                    self._signals.wait(lock_id, seen, wait, cancel)  # leasewatch away: back-off polling
-            else:
-                self._signals.wait(lock_id, seen, wait, cancel)
-
-    def _check_deadline(self, lock_id: str, deadline: float | None, cancel: threading.Event | None) -> None:
-        if cancel is not None and cancel.is_set():
-            raise LockCancelled("get_lock was cancelled", lock_id=lock_id)
-        if deadline is not None and time.monotonic() >= deadline:
-            raise LockTimeout("timed out waiting for the lock", lock_id=lock_id)
-
-    def _withdraw(self, store: CellStore, lease: Lease) -> None:
-        """Remove every cell of this attempt: owner cell, queue cell, lease record."""
-        self._renewer.remove(lease)
-        store.delete(Table.OWNER, lease.lock_id, lease.owner, timestamp=self._timestamps.next())
-        store.delete(Table.QUEUE, lease.lock_id, lease.ticket, timestamp=self._timestamps.next())
-        lease.end()
-        self._signals.notify(lease.lock_id)
-
-    def _withdraw_quietly(self, store: CellStore, lease: Lease) -> None:
-        """Clean up after a failure without masking it; if the store is away, leasewatch
-        removes what is left once the (no longer renewed) lease runs out."""
+        counts = OpCounts()
+        attempt = Acquisition(
+            lock_id=lock_id,
+            store=CountingStore(self.store, counts),
+            deadline=deadline,
+            cancel=cancel,
+            max_hold=self.max_hold if max_hold is None else max_hold,
+            blocking=blocking,
+        )
+        started = time.perf_counter()
+        outcome = "error"
         try:
-            self._withdraw(store, lease)
+            lease = self._algorithm.acquire(attempt)
+            if lease is None:
+                outcome = "busy"
+                return None
+            self._services.keeper.add_holder(lease)
+            outcome = "acquired"
+            log.debug("acquired", lock_id=lock_id, owner=lease.owner, fencing_token=lease.token, ops=counts.total)
+            return RemoteLock(self, lease, counts, self.algorithm)
+        except LockTimeout:
+            outcome = "timeout"
+            raise
+        except LockCancelled:
+            outcome = "cancelled"
+            raise
+        finally:
+            metrics.ACQUIRE_SECONDS.labels(self.algorithm, outcome).observe(time.perf_counter() - started)
+            metrics.STORE_OPS_PER_ACQUISITION.labels(self.algorithm, outcome).observe(counts.total)
+
+    def _release(self, lock: RemoteLock) -> bool:
+        lease = lock._lease
+        held = not lease.lost.is_set()  # also checks the lease's validity right now
+        lease.releasing = True
+        try:
+            clean = self._algorithm.release(lease, CountingStore(self.store, lock.release_counts))
         except StoreError as exc:
-            log.warning("cleanup_failed", lock_id=lease.lock_id, owner=lease.owner, error=str(exc))
+            # The store is away or slow: finish in the background, renewing meanwhile so
+            # that the lock is handed over as soon as the store answers again.
+            lease.note_release_attempt()
+            log.warning("release_deferred", lock_id=lock.lock_id, owner=lock.owner, error=str(exc))
+            self._finish_release(lock, background=True)
+            return held
+        self._released(lock)
+        log.debug("released", lock_id=lock.lock_id, owner=lock.owner)
+        return held and clean
 
-    def _release(self, lease: Lease, *, algorithm: str) -> None:
-        """DESIGN.md §5 release: stop renewing, delete the owner cell, then the queue cell, then the lease."""
-        if algorithm == "backoff":
-            from lockclient.backoff import backoff_release
+    def _finish_release(self, lock: RemoteLock, *, background: bool) -> None:
+        lease = lock._lease
 
-            self._renewer.remove(lease)
-            backoff_release(self, lease)
-            lease.end()
+        def attempt() -> None:
+            try:
+                self._algorithm.release(lease, self.store)
+            except StoreError:
+                lease.note_release_attempt()
+                raise
+            self._released(lock)
+
+        if not background:
+            try:
+                attempt()
+            except StoreError as exc:
+                log.warning("release_still_pending", lock_id=lock.lock_id, owner=lock.owner, error=str(exc))
             return
-        self._withdraw(self.store, lease)
-        log.debug("released", lock_id=lease.lock_id, owner=lease.owner)
 
-    # -- the watermark --------------------------------------------------------------------------
+        def given_up(succeeded: bool) -> None:
+            if not succeeded:
+                # Stop renewing: the lease runs out and leasewatch revokes what is left.
+                self._services.keeper.remove(lease)
+                lock._cleanup_done.set()
 
-    def _watermark(self, lock_id: str, store: CellStore) -> int:
-        """Ticket time below which the queue row holds only tombstones.
+        self._services.keeper.defer(
+            attempt,
+            what="release",
+            lock_id=lock.lock_id,
+            give_up_after=RELEASE_RETRY_FOR * self.lease,
+            on_done=given_up,
+        )
 
-        Why it is safe: when a contender with ticket time t acquires the lock,
-        every live queue cell is at or after it, except cells whose writers took
-        their ticket before t but were slow to write it — and an enqueue slower
-        than ``ENQUEUE_WINDOW_US/2`` is withdrawn and redone. So nothing live lies
-        below ``t - ENQUEUE_WINDOW_US``. Holders publish that bound (a
-        max-register, value == timestamp, like GlobalTime); readers skip the
-        tombstones under it, which keeps a head read cheap after 100k
-        acquisitions instead of scanning them all.
-        """
-        with self._watermarks_lock:
-            cached = self._watermarks.get(lock_id)
-        if cached is not None:
-            return cached
-        cell = store.get(Table.WATERMARK, lock_id, "head")
-        value = int(cell.value) if cell is not None else 0
-        with self._watermarks_lock:
-            self._stored_watermarks[lock_id] = max(value, self._stored_watermarks.get(lock_id, 0))
-            self._watermarks[lock_id] = max(value, self._watermarks.get(lock_id, 0))
-            return self._watermarks[lock_id]
-
-    def _note_head(self, lock_id: str, head_ticket: str) -> None:
-        bound = ticket_time(head_ticket) - ENQUEUE_WINDOW_US
-        with self._watermarks_lock:
-            if bound > self._watermarks.get(lock_id, 0):
-                self._watermarks[lock_id] = bound
-
-    def _advance_watermark(self, store: CellStore, lock_id: str, ticket: str) -> None:
-        bound = ticket_time(ticket) - ENQUEUE_WINDOW_US
-        self._watermark(lock_id, store)  # make sure the stored value is known
-        with self._watermarks_lock:
-            stored = self._stored_watermarks.get(lock_id, 0)
-        # Publish rarely (when it moved by a whole window): one write per window, not per acquisition.
-        if bound - stored >= ENQUEUE_WINDOW_US:
-            store.put(Table.WATERMARK, lock_id, "head", str(bound), timestamp=bound)
-            with self._watermarks_lock:
-                self._stored_watermarks[lock_id] = max(bound, self._stored_watermarks.get(lock_id, 0))
-                self._watermarks[lock_id] = max(bound, self._watermarks.get(lock_id, 0))
+    def _released(self, lock: RemoteLock) -> None:
+        self._services.keeper.remove(lock._lease)
+        lock._cleanup_done.set()
+        self._services.announce(lock.lock_id)

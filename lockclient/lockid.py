@@ -7,14 +7,32 @@ import secrets
 import socket
 import threading
 import unicodedata
+import zlib
 
 from lockclient.errors import InvalidLockId
 
-__all__ = ["MAX_LOCK_ID_BYTES", "TICKET_DIGITS", "make_owner", "make_ticket", "ticket_time", "validate_lock_id"]
+__all__ = [
+    "INDEX_SHARDS",
+    "MAX_LOCK_ID_BYTES",
+    "TICKET_DIGITS",
+    "index_shard",
+    "make_owner",
+    "make_ticket",
+    "ticket_time",
+    "validate_lock_id",
+]
 
 MAX_LOCK_ID_BYTES = 256
 TICKET_DIGITS = 20
-_HOST = socket.gethostname().replace(":", "_")[:40] or "host"
+_HOST = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in socket.gethostname())[:40] or "host"
+
+INDEX_SHARDS = 64
+"""Lock ids with live state are listed in INDEX rows "0".."63" for leasewatch's scan."""
+
+
+def index_shard(lock_id: str) -> str:
+    """The INDEX row that lists ``lock_id``: stable across processes and languages (CRC-32)."""
+    return str(zlib.crc32(lock_id.encode("utf-8")) % INDEX_SHARDS)
 
 
 def validate_lock_id(lock_id: object) -> str:

@@ -89,6 +89,18 @@ class ClientSettings(StoreSettings):
     http_timeout: float = Field(
         default=2.0, gt=0, validation_alias=_alias("CHRONOLOCK_HTTP_TIMEOUT"), description="timeout per HTTP call, s"
     )
+    clock_max_age: float = Field(
+        default=1.0,
+        ge=0,
+        le=10,
+        validation_alias=_alias("CHRONOLOCK_CLOCK_MAX_AGE"),
+        description="s a global-time answer is extrapolated for tickets (0 = ask every time)",
+    )
+    allow_store_clock: bool = Field(
+        default=False,
+        validation_alias=_alias("CHRONOLOCK_ALLOW_STORE_CLOCK"),
+        description="allow global time straight from a Cassandra store, without timesvc's runaway guard",
+    )
 
 
 def env_names(settings_cls: type[BaseSettings]) -> set[str]:

@@ -38,7 +38,12 @@ def main() -> int:
     plan: list[tuple[str, list[str], dict[str, str], int]] = []
     for i in range(3):
         port = base + i
-        env = {"TIMESVC_PORT": str(port), "TIMESVC_REPLICA_ID": f"timesvc-{i + 1}", "TIMESVC_LOG_FORMAT": "console"}
+        env = {
+            "TIMESVC_PORT": str(port),
+            "TIMESVC_REPLICA_ID": f"timesvc-{i + 1}",
+            "TIMESVC_REPLICAS": "3",
+            "TIMESVC_LOG_FORMAT": "console",
+        }
         plan.append((f"timesvc-{i + 1}", [str(BIN / "timesvc"), "serve"], env, port))
     lw_env = {
         "LEASEWATCH_PORT": str(base + 3),

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -25,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from pydantic import BaseModel, Field
 
 from lockclient.errors import ChronolockError, StoreError, StoreUnavailable
-from lockclient.globaltime import GlobalTimeUpdater, UpdateResult, wall_clock_us
+from lockclient.globaltime import GlobalTimeNotEstablished, GlobalTimeUpdater, UpdateResult, wall_clock_us
 from lockclient.logs import get_logger
 from lockclient.store import CellStore
 from timesvc.coalesce import Coalescer
@@ -60,6 +61,10 @@ class StatusResponse(BaseModel):
     ticks: int
     failed_ticks: int
     rejected_ticks: int = Field(description="ticks whose local clock was rejected as runaway")
+    replicas: int = Field(description="configured replica count (TIMESVC_REPLICAS)")
+    peer_offsets_us: dict[str, int] = Field(
+        description="each running peer's published clock minus ours, when ours was last checked against them"
+    )
     store_round_trips: int
     tick_s: float
     max_skew_s: float
@@ -122,6 +127,7 @@ class TimeService:
         self._monotonic_ns = monotonic_ns
         self._updater: GlobalTimeUpdater | None = None
         self._state = _TickState()
+        self._report_due = False
         self._open_lock = asyncio.Lock()
         self.coalescer: Coalescer[UpdateResult] = Coalescer(self._round_trip)
 
@@ -140,7 +146,8 @@ class TimeService:
                     store,
                     replica_id=self.settings.replica_id,
                     max_skew=self.settings.max_skew,
-                    # Nobody else published a trusted value for 4 ticks: we are alone (globaltime.py).
+                    replicas=self.settings.replicas,
+                    # A peer whose clock reading has not changed for 4 ticks is not running.
                     stale_after=max(4 * self.settings.tick, 1.0),
                     wall_us=self._wall_us,
                     monotonic_ns=self._monotonic_ns,
@@ -150,7 +157,10 @@ class TimeService:
     async def _round_trip(self) -> UpdateResult:
         updater = await self._updater_ready()
         self.metrics.round_trips.inc()
-        result = await asyncio.to_thread(updater.update)
+        # The next round trip after a tick also publishes this replica's clock reading (once
+        # per tick, whether a tick or a /now request runs it): requests add no writes.
+        report, self._report_due = self._report_due, False
+        result = await asyncio.to_thread(partial(updater.update, report_clock=report))
         self._record(result)
         return result
 
@@ -170,6 +180,7 @@ class TimeService:
         state = self._state
         state.ticks += 1
         state.at = datetime.now(UTC)
+        self._report_due = True
         try:
             result = await self.coalescer()
         except ChronolockError as exc:
@@ -221,6 +232,8 @@ class TimeService:
             ticks=state.ticks,
             failed_ticks=state.failed,
             rejected_ticks=state.rejected,
+            replicas=self.settings.replicas,
+            peer_offsets_us=dict(self._updater.peer_offsets_us) if self._updater else {},
             store_round_trips=self.coalescer.round_trips,
             tick_s=self.settings.tick,
             max_skew_s=self.settings.max_skew,
@@ -285,6 +298,14 @@ def create_app(
         return JSONResponse(
             status_code=503,
             content={"detail": f"global time unavailable: the store {kind}: {exc}"},
+            headers={"Cache-Control": "no-store", "Retry-After": "1"},
+        )
+
+    @app.exception_handler(GlobalTimeNotEstablished)
+    async def not_established(request: Request, exc: GlobalTimeNotEstablished) -> JSONResponse:
+        return JSONResponse(
+            status_code=503,
+            content={"detail": str(exc)},
             headers={"Cache-Control": "no-store", "Retry-After": "1"},
         )
 

@@ -21,5 +21,12 @@ class TimesvcSettings(StoreSettings, LoggingSettings):
     max_skew: float = Field(
         default=1.0, gt=0, description="s the local clock may run ahead of observed global time before it is runaway"
     )
+    replicas: int = Field(
+        default=3,
+        ge=1,
+        le=99,
+        description="how many timesvc replicas run: a clock ahead of global time is adopted only "
+        "when a majority of them agree with it",
+    )
     replica_id: str = Field(default_factory=default_replica_id, description="name reported in /now and logs")
     shutdown_grace: float = Field(default=5.0, ge=0, description="s to finish in-flight requests on SIGTERM")

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from lockclient.store.base import VERSIONED_TABLE, CasResult, Cell, CellStore, Table
+from lockclient.store.base import VERSIONED_TABLE, CasResult, Cell, CellStore, Table, VersionedTable, concurrently
 from lockclient.store.url import StoreUrl, open_store, parse_store_url
 
 __all__ = [
@@ -24,6 +24,8 @@ __all__ = [
     "CellStore",
     "StoreUrl",
     "Table",
+    "VersionedTable",
+    "concurrently",
     "open_store",
     "parse_store_url",
 ]

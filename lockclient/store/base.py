@@ -13,12 +13,13 @@ resolves conflicts the way Cassandra does (thesis section 2):
   cells the larger value wins (so every replica converges on the same cell);
 * a TTL counts from the moment the store applies the write.
 
-Lease records and the fencing counter need something stronger than
-last-write-wins: :meth:`CellStore.compare_and_set` is linearizable over one or
-more cells of one row of the *versioned* table (a conditional batch on one
-partition in Cassandra, one transaction in SQLite). The versioned table is
-never written any other way: Cassandra forbids mixing LWT and plain writes on
-one table, because plain writes bypass Paxos and can reorder with it.
+The holder's lease record, the fencing counter and fenced resources need
+something stronger than last-write-wins: :meth:`CellStore.compare_and_set` is
+linearizable over one or more cells of one row of a *versioned* table (a
+conditional batch on one partition in Cassandra, one transaction in SQLite).
+The versioned tables are never written any other way: Cassandra forbids mixing
+LWT and plain writes on one table, because plain writes bypass Paxos and can
+reorder with it.
 
 A compare-and-set whose outcome is unknown (a timeout after the proposal was
 sent) is never reported as failed: adapters re-read (at SERIAL consistency on
@@ -31,17 +32,27 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any, TypeVar, overload
 
 __all__ = [
     "VERSIONED_TABLE",
     "CasResult",
     "Cell",
     "CellStore",
+    "Outcome",
     "Table",
+    "VersionedTable",
+    "concurrently",
+    "resolve_by_value",
 ]
+
+T = TypeVar("T")
+A = TypeVar("A")
+B = TypeVar("B")
+C = TypeVar("C")
 
 
 class Table(enum.StrEnum):
@@ -50,12 +61,12 @@ class Table(enum.StrEnum):
     GLOBAL_TIME = "global_time"
     """One row ``GlobalTime``: the global clock, value == write timestamp."""
     QUEUE = "lock_queue"
-    """Row per lock id; columns are tickets (20-digit µs + owner)."""
-    OWNER = "lock_owner"
-    """Row per lock id ("main row"); columns are owners."""
+    """Row per lock id; columns are tickets (20-digit µs + owner), values the waiter's lease
+    (owner, version, length): a waiter renews its lease by rewriting its own queue cell."""
     WATERMARK = "lock_watermark"
-    """Row per lock id, one cell: a ticket time below which the queue row holds only tombstones.
-    A max-register like GlobalTime (value == timestamp), so it never moves back."""
+    """Row per lock id: ticket times below which the queue row holds only tombstones
+    (``head``, published) and the next bound a holder is about to publish (``proposed``).
+    Both are max-registers like GlobalTime (value == timestamp), so they never move back."""
     INDEX = "lock_index"
     """Row per shard; columns are lock ids with live state, for leasewatch's scan."""
     BACKOFF_MAIN = "backoff_main"
@@ -64,8 +75,19 @@ class Table(enum.StrEnum):
     """The baseline algorithm's shadow row (thesis listing 3), benchmarks only."""
 
 
-VERSIONED_TABLE = "lock_lease"
-"""The compare-and-set table: lease records and fencing counters, one row per lock id."""
+class VersionedTable(enum.StrEnum):
+    """The compare-and-set tables, written only through :meth:`CellStore.compare_and_set`."""
+
+    LEASE = "lock_lease"
+    """Row per lock id: the holder's lease record and the fencing counter."""
+    FENCED = "fenced_resource"
+    """Row per fenced resource (:class:`~lockclient.fencing.FencedResource`): the highest
+    accepted token and the resource's keys. A table of its own, so no lock id can ever
+    share a row with a resource."""
+
+
+VERSIONED_TABLE = VersionedTable.LEASE.value
+"""The lease table's name (kept for the schema module and old callers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +123,8 @@ class CellStore(ABC):
 
     #: True when :meth:`compare_and_set` is available (Cassandra 1.2 has no LWT).
     supports_compare_and_set: bool = True
+    #: True when processes on several machines may share this store (their wall clocks differ).
+    spans_machines: bool = False
 
     @property
     @abstractmethod
@@ -122,12 +146,14 @@ class CellStore(ABC):
     ) -> None:
         """Write one cell with an explicit timestamp (µs) and an optional TTL (seconds)."""
 
-    def put_cells(self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int) -> None:
-        """Write several cells of one row with one timestamp, atomically (one partition:
-        a single-partition batch on Cassandra, one transaction on SQLite). Each cell still
-        obeys last-write-wins on its own."""
+    def put_cells(
+        self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int, ttl: float | None = None
+    ) -> None:
+        """Write several cells of one row with one timestamp (and TTL), atomically (one
+        partition: a single-partition batch on Cassandra, one statement on SQLite). Each cell
+        still obeys last-write-wins on its own."""
         for column, value in cells.items():
-            self.put(table, row, column, value, timestamp=timestamp)
+            self.put(table, row, column, value, timestamp=timestamp, ttl=ttl)
 
     @abstractmethod
     def delete(self, table: Table, row: str, column: str, *, timestamp: int) -> None:
@@ -148,11 +174,20 @@ class CellStore(ABC):
     ) -> list[Cell]:
         """Live cells of ``row`` with ``column >= start`` in column order, at most ``limit``."""
 
-    # -- the versioned (compare-and-set) table ----------------------------------
+    # -- the versioned (compare-and-set) tables -------------------------------
 
     @abstractmethod
-    def read_versioned(self, row: str) -> dict[str, str]:
-        """Every cell of one row of the versioned table, linearizably (SERIAL on Cassandra)."""
+    def read_versioned(
+        self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
+    ) -> dict[str, str]:
+        """Every cell of one row of a versioned table.
+
+        ``serial=True`` is linearizable (SERIAL on Cassandra: a Paxos round, which also
+        completes any accepted but uncommitted proposal). ``serial=False`` is a plain
+        QUORUM read: no Paxos round, so it never contends with the writers of the
+        partition, but it may miss a compare-and-set that is still being committed. Use it
+        for hints that a later compare-and-set re-checks (never for a decision on its own).
+        """
 
     @abstractmethod
     def compare_and_set(
@@ -160,6 +195,8 @@ class CellStore(ABC):
         row: str,
         expected: Mapping[str, str | None],
         updates: Mapping[str, str | None],
+        *,
+        table: VersionedTable = VersionedTable.LEASE,
     ) -> CasResult:
         """Atomically: if every ``expected`` column has that value (``None`` = absent),
         apply ``updates`` (``None`` = delete) to the same row. All or nothing.
@@ -167,7 +204,38 @@ class CellStore(ABC):
         Every column in ``updates`` must also appear in ``expected``: a write
         whose precondition was not stated is a blind write, which is exactly
         what this table exists to prevent.
+
+        Unknown outcomes (a timeout, Cassandra's "CAS operation result is unknown")
+        are resolved by the adapter, by value: it re-reads the row linearizably; if
+        every updated column holds what this call wrote, it was applied; if the row
+        still holds ``expected``, the call is retried (within the store's timeout);
+        anything else means another writer changed it. Only when the re-read itself
+        keeps failing does it raise :class:`~lockclient.errors.StoreUnavailable`
+        (outcome still unknown). Callers write unique values, which is what makes
+        "my value is there" a proof.
         """
+
+    # -- concurrency ------------------------------------------------------------
+
+    def run_concurrently(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        """Run independent calls on this store and return their results in order.
+
+        Adapters whose calls are network round trips (Cassandra) overlap them, so a group
+        costs one round trip of latency; the embedded store runs them one after the
+        other (each is a local call of a few microseconds, less than a thread hand-off).
+        If any call raises, the first error is raised after every call has finished.
+        """
+        results: list[T] = []
+        error: BaseException | None = None
+        for call in calls:
+            try:
+                results.append(call())
+            except BaseException as exc:
+                error = error or exc
+                results.append(None)  # type: ignore[arg-type]
+        if error is not None:
+            raise error
+        return results
 
     # -- housekeeping ----------------------------------------------------------
 
@@ -209,10 +277,51 @@ def validate_limit(limit: int | None) -> None:
         raise ValueError(f"limit must be positive, got {limit}")
 
 
-def check_updates_visible(updates: Mapping[str, str | None], current: Mapping[str, str]) -> bool:
-    """After an unknown compare-and-set outcome: are all our updates what the store now holds?"""
-    return all(current.get(col) == val for col, val in updates.items())
+def check_updates_visible(updates: Mapping[str, str | None], current: Mapping[str, str | None]) -> bool:
+    """Does the row hold what this compare-and-set wrote, *provably* ours?
+
+    True only if every updated column holds our value and at least one of them is a
+    written value (callers write unique values; an absent cell proves nothing)."""
+    return any(val is not None for val in updates.values()) and all(
+        current.get(col) == val for col, val in updates.items()
+    )
+
+
+class Outcome(enum.Enum):
+    """How an ambiguous compare-and-set is resolved by re-reading the row."""
+
+    APPLIED = "applied"
+    """Every updated column holds what we wrote (or, for a pure delete, is absent)."""
+    UNCHANGED = "unchanged"
+    """The row still holds exactly what we expected: our write never applied; retry it."""
+    CHANGED = "changed"
+    """Someone else changed the row: our write did not apply."""
+
+
+def resolve_by_value(
+    expected: Mapping[str, str | None], updates: Mapping[str, str | None], current: Mapping[str, str | None]
+) -> Outcome:
+    """The DESIGN.md §3 rule for an unknown outcome, given the row as re-read linearizably.
+
+    A pure delete whose cells are all gone counts as applied: the state the caller asked
+    for holds, whoever made it so (release and revocation both only need "gone")."""
+    if check_updates_visible(updates, current):
+        return Outcome.APPLIED
+    if all(val is None for val in updates.values()) and all(current.get(col) is None for col in updates):
+        return Outcome.APPLIED
+    if all(current.get(col) == want for col, want in expected.items()):
+        return Outcome.UNCHANGED
+    return Outcome.CHANGED
 
 
 def columns_of(expected: Mapping[str, str | None], updates: Mapping[str, str | None]) -> Sequence[str]:
     return sorted(set(expected) | set(updates))
+
+
+@overload
+def concurrently(store: CellStore, a: Callable[[], A], b: Callable[[], B], /) -> tuple[A, B]: ...
+@overload
+def concurrently(store: CellStore, a: Callable[[], A], b: Callable[[], B], c: Callable[[], C], /) -> tuple[A, B, C]: ...
+def concurrently(store: CellStore, *calls: Callable[[], Any]) -> tuple[Any, ...]:
+    """:meth:`CellStore.run_concurrently` for two or three calls, typed."""
+    return tuple(store.run_concurrently(list(calls)))

@@ -13,13 +13,16 @@ Rules this module keeps (see shared/DESIGN.md section 3):
   ``USING TIMESTAMP`` from the caller; the server's reconciliation (higher
   timestamp wins, tombstone wins ties, larger value wins ties) does the rest.
 * **Explicit consistency** on every statement, through named execution
-  profiles: QUORUM/SERIAL, or LOCAL_QUORUM/LOCAL_SERIAL when the URL names the
-  local datacenter (``?dc=``). The driver's default, LOCAL_ONE, would break the
+  profiles: QUORUM/SERIAL — cluster-wide even when the URL names the local
+  datacenter (``?dc=`` only routes requests there). LOCAL_QUORUM/LOCAL_SERIAL
+  only with the explicit opt-in ``?lock_scope=datacenter``: each datacenter
+  then runs its own locks. The driver's default, LOCAL_ONE, would break the
   visibility argument of thesis lemma 1 (a write and a later read need
   overlapping replica sets).
-* **Compare-and-set only through Paxos** on its own table
-  (:data:`~lockclient.store.base.VERSIONED_TABLE`), which is never written
+* **Compare-and-set only through Paxos** on its own tables
+  (:class:`~lockclient.store.base.VersionedTable`), which are never written
   any other way: a plain write bypasses Paxos and can be reordered with it.
+  Unknown outcomes are resolved by value (:meth:`CassandraStore.compare_and_set`).
 * **Errors**: anything the driver raises becomes
   :class:`~lockclient.errors.StoreUnavailable` (no host, timeouts, not enough
   replicas) or :class:`~lockclient.errors.StoreError` (everything else), with
@@ -36,9 +39,11 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Final
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ClassVar, Final, TypeVar
 
 from cassandra import AuthenticationFailed, ConsistencyLevel, OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
 from cassandra.auth import PlainTextAuthProvider
@@ -51,18 +56,21 @@ from cassandra.policies import (
     RoundRobinPolicy,
     TokenAwarePolicy,
 )
+from cassandra.protocol import ErrorMessage
 from cassandra.query import BatchStatement, BatchType, SimpleStatement, tuple_factory
 
 from lockclient.errors import ConfigurationError, StoreError, StoreUnavailable
 from lockclient.store.base import (
-    VERSIONED_TABLE,
     CasResult,
     Cell,
     CellStore,
+    Outcome,
     Table,
+    VersionedTable,
     check_cas_arguments,
     check_updates_visible,
     columns_of,
+    resolve_by_value,
     validate_limit,
 )
 from lockclient.store.url import StoreUrl, parse_store_url
@@ -102,6 +110,12 @@ _UNAVAILABLE_ERRORS: Final[tuple[type[BaseException], ...]] = (
     ConnectionException,
 )
 
+CAS_RESULT_UNKNOWN: Final = 0x1700
+"""Server error "CAS operation result is unknown - proposal accepted by 1 but not a quorum"
+(Cassandra 4.1+). Driver 3.30 has no exception class for it and raises a bare
+``cassandra.protocol.ErrorMessage`` with this code. Its outcome is unknown, like a timeout."""
+
+_T = TypeVar("_T")
 _Params = Sequence[object]
 _Query = tuple[Any, _Params | None]
 """A driver statement and its parameters (``None`` when already bound)."""
@@ -113,7 +127,19 @@ def translate_error(exc: BaseException, what: str) -> StoreError:
         return exc
     if isinstance(exc, _UNAVAILABLE_ERRORS):
         return StoreUnavailable(f"Cassandra unavailable during {what}: {exc}")
+    if isinstance(exc, ErrorMessage) and getattr(exc, "code", None) == CAS_RESULT_UNKNOWN:
+        # Contention among Paxos proposers on a multi-node ring: the proposal reached some
+        # acceptors but not a quorum. Unknown, not failed: resolved by re-reading.
+        return StoreUnavailable(f"Cassandra during {what}: compare-and-set result unknown ({exc.message})")
     return StoreError(f"Cassandra failed during {what}: {exc}")
+
+
+def _ttl_seconds(ttl: float | None) -> int | None:
+    if ttl is None:
+        return None
+    if not ttl > 0:
+        raise ValueError(f"ttl must be positive, got {ttl}")
+    return math.ceil(ttl)  # Cassandra TTLs are whole seconds >= 1: never expire early
 
 
 def _validated_keyspace(keyspace: str) -> str:
@@ -157,14 +183,17 @@ class _Dialect(ABC):
         """Keyword arguments for :class:`cassandra.cluster.Cluster` (protocol version, auth)."""
 
     @abstractmethod
-    def profiles(self, dc: str | None, timeout: float) -> dict[object, ExecutionProfile]:
-        """The named execution profiles: every statement runs under one of them."""
+    def profiles(self, dc: str | None, timeout: float, *, local: bool) -> dict[object, ExecutionProfile]:
+        """The named execution profiles: every statement runs under one of them.
+
+        ``dc`` routes requests to that datacenter's nodes; ``local`` (only with the
+        operator's explicit ``lock_scope=datacenter``) also narrows consistency to it."""
 
     @abstractmethod
     def put(self, table: str, row: str, column: str, value: str, *, timestamp: int, ttl: int | None) -> _Query: ...
 
     @abstractmethod
-    def put_cells(self, table: str, row: str, cells: dict[str, str], timestamp: int) -> _Query:
+    def put_cells(self, table: str, row: str, cells: dict[str, str], timestamp: int, ttl: int | None) -> _Query:
         """One single-partition batch: atomic and isolated on the replicas (no batch log needed)."""
 
     @abstractmethod
@@ -197,8 +226,11 @@ class _ModernDialect(_Dialect):
             options["auth_provider"] = PlainTextAuthProvider(username=username, password=password or "")
         return options
 
-    def profiles(self, dc: str | None, timeout: float) -> dict[object, ExecutionProfile]:
-        if dc:
+    def profiles(self, dc: str | None, timeout: float, *, local: bool) -> dict[object, ExecutionProfile]:
+        # Cluster-wide consistency unless the operator asked for per-datacenter locks: with
+        # LOCAL_QUORUM / LOCAL_SERIAL two datacenters can each grant the same lock and bump
+        # its fencing counter to the same value (each DC runs its own Paxos quorum).
+        if local:
             quorum, serial = ConsistencyLevel.LOCAL_QUORUM, ConsistencyLevel.LOCAL_SERIAL
         else:
             quorum, serial = ConsistencyLevel.QUORUM, ConsistencyLevel.SERIAL
@@ -256,11 +288,12 @@ class _ModernDialect(_Dialect):
         cql = f"INSERT INTO {target} (row, col, value) VALUES (?, ?, ?) USING TIMESTAMP ? AND TTL ?"
         return self.prepare(cql).bind((row, column, value, timestamp, ttl)), None
 
-    def put_cells(self, table: str, row: str, cells: dict[str, str], timestamp: int) -> _Query:
-        insert = self.prepare(f"INSERT INTO {self.table(table)} (row, col, value) VALUES (?, ?, ?) USING TIMESTAMP ?")
+    def put_cells(self, table: str, row: str, cells: dict[str, str], timestamp: int, ttl: int | None) -> _Query:
+        base = f"INSERT INTO {self.table(table)} (row, col, value) VALUES (?, ?, ?) USING TIMESTAMP ?"
+        insert = self.prepare(base if ttl is None else f"{base} AND TTL ?")
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for column, value in cells.items():
-            batch.add(insert, (row, column, value, timestamp))
+            batch.add(insert, (row, column, value, timestamp) if ttl is None else (row, column, value, timestamp, ttl))
         return batch, None
 
     def delete(self, table: str, row: str, column: str, timestamp: int) -> _Query:
@@ -283,14 +316,16 @@ class _ModernDialect(_Dialect):
 
     # -- the versioned table (LWT only) ----------------------------------------------------
 
-    def read_versioned(self, row: str) -> _Query:
-        bound = self.prepare(f"SELECT col, value FROM {self.table(VERSIONED_TABLE)} WHERE row = ?").bind((row,))
+    def read_versioned(self, table: str, row: str) -> _Query:
+        bound = self.prepare(f"SELECT col, value FROM {self.table(table)} WHERE row = ?").bind((row,))
         # A lease row holds a handful of cells: one unpaged response, which also keeps the
         # SERIAL read a single Paxos-protected read of the partition.
         bound.fetch_size = None
         return bound, None
 
-    def cas_batch(self, row: str, expected: Mapping[str, str | None], updates: Mapping[str, str | None]) -> Any:
+    def cas_batch(
+        self, table: str, row: str, expected: Mapping[str, str | None], updates: Mapping[str, str | None]
+    ) -> Any:
         """One conditional batch on one partition: every column named gets exactly one statement.
 
         * ``IF value = ?`` with a bound ``null`` means "absent": Cassandra evaluates a
@@ -308,7 +343,7 @@ class _ModernDialect(_Dialect):
         * No ``USING TIMESTAMP``: Cassandra rejects it with ``IF`` (Paxos picks the
           timestamp from its ballot).
         """
-        target = self.table(VERSIONED_TABLE)
+        target = self.table(table)
         write = self.prepare(f"UPDATE {target} SET value = ? WHERE row = ? AND col = ? IF value = ?")
         remove = self.prepare(f"DELETE FROM {target} WHERE row = ? AND col = ? IF value = ?")
         # UNLOGGED: a conditional batch on one partition is applied by one Paxos round;
@@ -354,7 +389,7 @@ class _Cql12Dialect(_Dialect):
             options["auth_provider"] = lambda _host: credentials
         return options
 
-    def profiles(self, dc: str | None, timeout: float) -> dict[object, ExecutionProfile]:
+    def profiles(self, dc: str | None, timeout: float, *, local: bool) -> dict[object, ExecutionProfile]:
         balancing = DCAwareRoundRobinPolicy(local_dc=dc) if dc else RoundRobinPolicy()
         return {
             EXEC_PROFILE_DEFAULT: ExecutionProfile(
@@ -372,11 +407,10 @@ class _Cql12Dialect(_Dialect):
         cql = f"INSERT INTO {self.table(table)} (row, col, value) VALUES (%s, %s, %s) {using}"
         return SimpleStatement(cql), (row, column, value)
 
-    def put_cells(self, table: str, row: str, cells: dict[str, str], timestamp: int) -> _Query:
+    def put_cells(self, table: str, row: str, cells: dict[str, str], timestamp: int, ttl: int | None) -> _Query:
         # 1.2 rejects the driver's BatchStatement; a literal batch string works.
-        insert = (
-            f"INSERT INTO {self.table(table)} (row, col, value) VALUES (%s, %s, %s) USING TIMESTAMP {int(timestamp)}"
-        )
+        using = f"USING TIMESTAMP {int(timestamp)}" + ("" if ttl is None else f" AND TTL {int(ttl)}")
+        insert = f"INSERT INTO {self.table(table)} (row, col, value) VALUES (%s, %s, %s) {using}"
         cql = "BEGIN UNLOGGED BATCH " + " ".join(f"{insert};" for _ in cells) + " APPLY BATCH"
         params: list[str] = []
         for column, value in cells.items():
@@ -428,13 +462,18 @@ def connect_cluster(
     if timeout <= 0:
         raise ConfigurationError("store URL option timeout must be positive")
     dc = parsed.options.get("dc") or None
+    scope = parsed.options.get("lock_scope", "cluster")
+    if scope not in ("cluster", "datacenter"):
+        raise ConfigurationError(f"store URL option lock_scope={scope!r} must be 'cluster' or 'datacenter'")
+    if scope == "datacenter" and not dc:
+        raise ConfigurationError("lock_scope=datacenter needs dc=<local datacenter> in the store URL")
     user = parsed.username if parsed.username is not None else username
     secret = parsed.password if parsed.username is not None else password
     try:
         cluster = Cluster(
             contact_points=list(parsed.hosts),
             port=parsed.port or DEFAULT_PORT,
-            execution_profiles=dialect.profiles(dc, timeout),
+            execution_profiles=dialect.profiles(dc, timeout, local=scope == "datacenter"),
             connect_timeout=timeout,
             control_connection_timeout=timeout,
             **dialect.cluster_options(user, secret),
@@ -464,12 +503,21 @@ def connect_cluster(
 class CassandraStore(CellStore):
     """:class:`CellStore` on Cassandra. Thread-safe (the driver session is); one per process."""
 
+    spans_machines = True
+
+    _CONCURRENCY: ClassVar[int] = 16
+    """Threads for :meth:`run_concurrently` (calls block on the driver, which is thread-safe)."""
+
     def __init__(self, url: StoreUrl, *, username: str | None = None, password: str | None = None) -> None:
         self._redacted = url.redacted()
+        self._timeout = url.float_option("timeout", DEFAULT_TIMEOUT)
+        # How long an unknown compare-and-set outcome may be chased (re-reads and retries).
+        self._resolve_for = url.float_option("resolve_timeout", 2 * self._timeout)
         self._cluster, self._session, self._dialect = connect_cluster(url, username=username, password=password)
         self.supports_compare_and_set = self._dialect.supports_lwt
         self._closed = False
         self._close_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_url(cls, url: StoreUrl, *, username: str | None = None, password: str | None = None) -> CassandraStore:
@@ -478,6 +526,20 @@ class CassandraStore(CellStore):
     @property
     def url(self) -> str:
         return self._redacted
+
+    def run_concurrently(self, calls: Sequence[Callable[[], _T]]) -> list[_T]:
+        if len(calls) <= 1:
+            return [call() for call in calls]
+        with self._close_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._CONCURRENCY, thread_name_prefix="chronolock-cql")
+            pool = self._pool
+        futures = [pool.submit(call) for call in calls]
+        errors = [f.exception() for f in futures]  # waits for every call
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        return [f.result() for f in futures]
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -519,20 +581,19 @@ class CassandraStore(CellStore):
         timestamp: int,
         ttl: float | None = None,
     ) -> None:
-        seconds: int | None = None
-        if ttl is not None:
-            if ttl <= 0:
-                raise ValueError(f"ttl must be positive, got {ttl}")
-            seconds = math.ceil(ttl)  # Cassandra TTLs are whole seconds >= 1: never expire early
+        seconds = _ttl_seconds(ttl)
         query = self._statement(
             self._dialect.put, str(table), row, column, value, timestamp=int(timestamp), ttl=seconds
         )
         self._execute(query, "put")
 
-    def put_cells(self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int) -> None:
+    def put_cells(
+        self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int, ttl: float | None = None
+    ) -> None:
         if not cells:
             return
-        query = self._statement(self._dialect.put_cells, str(table), row, dict(cells), int(timestamp))
+        seconds = _ttl_seconds(ttl)
+        query = self._statement(self._dialect.put_cells, str(table), row, dict(cells), int(timestamp), seconds)
         self._execute(query, "put_cells")
 
     def delete(self, table: Table, row: str, column: str, *, timestamp: int) -> None:
@@ -558,39 +619,71 @@ class CassandraStore(CellStore):
             raise StoreError(_CAS_UNSUPPORTED)
         return self._dialect
 
-    def read_versioned(self, row: str) -> dict[str, str]:
+    def read_versioned(
+        self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
+    ) -> dict[str, str]:
         dialect = self._modern()
-        query = self._statement(dialect.read_versioned, row)
-        return {col: value for col, value in self._rows(query, "read_versioned", PROFILE_SERIAL) if value is not None}
+        query = self._statement(dialect.read_versioned, table.value, row)
+        profile = PROFILE_SERIAL if serial else EXEC_PROFILE_DEFAULT
+        return {col: value for col, value in self._rows(query, "read_versioned", profile) if value is not None}
 
     def compare_and_set(
         self,
         row: str,
         expected: Mapping[str, str | None],
         updates: Mapping[str, str | None],
+        *,
+        table: VersionedTable = VersionedTable.LEASE,
     ) -> CasResult:
         check_cas_arguments(expected, updates)
         dialect = self._modern()
         columns = columns_of(expected, updates)
-        batch = self._statement(dialect.cas_batch, row, expected, updates)
-        try:
-            result = self._execute((batch, None), "compare_and_set", PROFILE_CAS)
-        except StoreUnavailable as exc:
-            # The outcome is UNKNOWN, not failed (the datastax lwt.rst idiom):
-            # * WriteTimeout, write_type CAS: the Paxos round timed out; the proposal
-            #   may have been accepted by a quorum and will then be committed by the
-            #   next Paxos round on this partition.
-            # * WriteTimeout, write_type SIMPLE: the proposal *was* accepted and only
-            #   the commit timed out; the value is chosen.
-            # * OperationTimedOut / ConnectionException: the client stopped waiting;
-            #   the server may have applied it. Unavailable / NoHostAvailable are
-            #   resolved the same way (Unavailable can also come from the commit step).
-            # A SERIAL read is itself a Paxos round: it completes any accepted but
-            # uncommitted proposal (or, since CASSANDRA-12126 in 3.0.24/3.11.10/4.0,
-            # durably supersedes one only a minority saw) before it reads. So after it,
-            # our write either is visible or will never apply. Callers make every
-            # written value unique, so "our values are there" proves it was ours.
-            return self._resolve_unknown(row, columns, updates, exc)
+        give_up_at = time.monotonic() + self._resolve_for
+        pause = 0.01
+        while True:
+            batch = self._statement(dialect.cas_batch, table.value, row, expected, updates)
+            try:
+                result = self._execute((batch, None), "compare_and_set", PROFILE_CAS)
+            except StoreUnavailable as exc:
+                # The outcome is UNKNOWN, not failed (the datastax lwt.rst idiom):
+                # * WriteTimeout, write_type CAS: the Paxos round timed out; the proposal
+                #   may have been accepted by a quorum and will then be committed by the
+                #   next Paxos round on this partition.
+                # * WriteTimeout, write_type SIMPLE: the proposal *was* accepted and only
+                #   the commit timed out; the value is chosen.
+                # * error 0x1700 "CAS operation result is unknown": accepted by some
+                #   acceptors, not a quorum (contention on a multi-node ring).
+                # * OperationTimedOut / ConnectionException: the client stopped waiting;
+                #   the server may have applied it. Unavailable / NoHostAvailable are
+                #   resolved the same way (Unavailable can also come from the commit step).
+                # A SERIAL read is itself a Paxos round: it completes any accepted but
+                # uncommitted proposal (or, since CASSANDRA-12126 in 3.0.24/3.11.10/4.0,
+                # durably supersedes one only a minority saw) before it reads. So after it,
+                # our write either is visible or will never apply, and the row tells which
+                # (DESIGN.md §3): our values -> applied; still the expected values -> it
+                # never applied, try again; anything else -> another writer changed it.
+                outcome, current = self._resolve_unknown(row, table, columns, expected, updates, exc, give_up_at)
+                if outcome is Outcome.APPLIED:
+                    return CasResult(applied=True, current={**expected, **updates})
+                if outcome is Outcome.CHANGED:
+                    return CasResult(applied=False, current=current)
+                if time.monotonic() + pause >= give_up_at:
+                    raise StoreUnavailable(
+                        f"compare-and-set on {row!r}: did not apply within {self._resolve_for:g} s "
+                        f"(last attempt: {exc}); the row still holds the expected values"
+                    ) from exc
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
+                continue
+            return self._cas_result(result, columns, expected, updates)
+
+    def _cas_result(
+        self,
+        result: Any,
+        columns: Sequence[str],
+        expected: Mapping[str, str | None],
+        updates: Mapping[str, str | None],
+    ) -> CasResult:
         try:
             applied = bool(result.was_applied)
             names = list(result.column_names or [])
@@ -609,18 +702,39 @@ class CassandraStore(CellStore):
                 name = found[col_at]
                 if name in current:
                     current[name] = found[value_at]
+        if check_updates_visible(updates, current):
+            # "Not applied" while the row holds our own (unique) values: a Paxos round
+            # re-proposed our earlier, timed-out proposal and committed it, and this retry's
+            # condition then failed against it. Seen on a 3-node 4.1 ring under contention.
+            return CasResult(applied=True, current=current)
         return CasResult(applied=False, current=current)
 
     def _resolve_unknown(
-        self, row: str, columns: Sequence[str], updates: Mapping[str, str | None], cause: StoreUnavailable
-    ) -> CasResult:
-        try:
-            now = self.read_versioned(row)
-        except StoreError as exc:
-            raise StoreUnavailable(
-                f"compare-and-set on {row!r}: outcome unknown ({cause}) and the SERIAL re-read failed: {exc}"
-            ) from exc
-        return CasResult(applied=check_updates_visible(updates, now), current={c: now.get(c) for c in columns})
+        self,
+        row: str,
+        table: VersionedTable,
+        columns: Sequence[str],
+        expected: Mapping[str, str | None],
+        updates: Mapping[str, str | None],
+        cause: StoreUnavailable,
+        give_up_at: float,
+    ) -> tuple[Outcome, dict[str, str | None]]:
+        pause = 0.01
+        while True:
+            try:
+                now = self.read_versioned(row, table=table)
+            except StoreUnavailable as exc:
+                # The SERIAL read can itself time out or answer 0x1700 under contention.
+                if time.monotonic() + pause >= give_up_at:
+                    raise StoreUnavailable(
+                        f"compare-and-set on {row!r}: outcome unknown ({cause}) and the SERIAL re-read "
+                        f"failed for {self._resolve_for:g} s: {exc}"
+                    ) from exc
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
+                continue
+            current = {c: now.get(c) for c in columns}
+            return resolve_by_value(expected, updates, current), current
 
     # -- housekeeping -------------------------------------------------------------------------------
 
@@ -629,4 +743,7 @@ class CassandraStore(CellStore):
             if self._closed:
                 return
             self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         self._cluster.shutdown()

@@ -14,7 +14,7 @@ only on non-key columns, and the algorithms read cell timestamps.
 
 Why the table options are what they are:
 
-* **Leveled compaction**, not time-window. The queue, owner and index rows are
+* **Leveled compaction**, not time-window. The queue and index rows are
   delete-heavy: a ticket lives for one lock hand-over, then becomes a tombstone
   in the same partition as the live tickets read next. Reads slice those
   partitions constantly, so what matters is how many SSTables a read touches and
@@ -29,7 +29,7 @@ Why the table options are what they are:
   purge it. A replica that missed a delete learns it from a hint (kept for
   ``max_hint_window``, 3 h by default) or from repair; if the tombstone is
   purged elsewhere before either reaches it, the deleted ticket or owner cell
-  comes back to life ("zombie" data — here a phantom waiter or holder). So the
+  comes back to life ("zombie" data — here a phantom waiter). So the
   value must be no lower than the hint window *and* no lower than the interval
   between completed repairs. The default is Cassandra's own, 864000 s (10 days),
   safe with the usual weekly repairs. A long grace would normally make queue-head
@@ -37,12 +37,13 @@ Why the table options are what they are:
   at the lock's watermark (lockclient/locker.py), past the released tickets. With
   repairs completing at least every 3 h (incremental repair scheduled by Reaper)
   it may be lowered to the hint window, 10800 s; lower values are refused. Even a
-  resurrected cell is not fatal: it has no lease record, so leasewatch clears it
-  as an orphan.
-* **The LWT table** (``lock_lease``) is never written without ``IF``: plain
-  writes carry a client/coordinator timestamp that bypasses Paxos ballots, so a
-  plain write could be reordered with (or silently lost against) a conditional
-  one. The adapter only ever writes it through conditional batches.
+  resurrected queue cell is not fatal: nobody renews it, so leasewatch clears it
+  like any dead waiter.
+* **The LWT tables** (``lock_lease``, ``fenced_resource``) are never written
+  without ``IF``: plain writes carry a client/coordinator timestamp that bypasses
+  Paxos ballots, so a plain write could be reordered with (or silently lost
+  against) a conditional one. The adapter only ever writes them through
+  conditional batches.
 """
 
 from __future__ import annotations
@@ -51,11 +52,12 @@ import re
 from typing import Any, Final
 
 from lockclient.errors import ConfigurationError, StoreError
-from lockclient.store.base import VERSIONED_TABLE, Table
+from lockclient.store.base import Table, VersionedTable
 from lockclient.store.url import StoreUrl, parse_store_url
 
 __all__ = [
     "DEFAULT_GC_GRACE_SECONDS",
+    "LWT_TABLES",
     "MIN_GC_GRACE_SECONDS",
     "SCHEMA_VERSION",
     "TABLES",
@@ -64,10 +66,13 @@ __all__ = [
     "schema_statements",
 ]
 
-SCHEMA_VERSION: int = 1
-"""Bumped whenever a statement below changes; written into every table's comment."""
+SCHEMA_VERSION: int = 2
+"""Bumped whenever a statement below changes; written into every table's comment.
+v2: the owner table is gone (the holder lives in the lease row), fenced resources have their own
+LWT table, and the watermark row has a second cell."""
 
-TABLES: Final[tuple[str, ...]] = (*(str(t) for t in Table), VERSIONED_TABLE)
+TABLES: Final[tuple[str, ...]] = (*(str(t) for t in Table), *(str(t) for t in VersionedTable))
+LWT_TABLES: Final[tuple[str, ...]] = tuple(str(t) for t in VersionedTable)
 
 MIN_GC_GRACE_SECONDS: Final = 10800
 """Cassandra's default ``max_hint_window`` (3 h): gc_grace must not be lower (see module docstring)."""
@@ -79,13 +84,13 @@ _STRATEGIES: Final = ("SimpleStrategy", "NetworkTopologyStrategy")
 
 _PURPOSE: Final[dict[str, str]] = {
     Table.GLOBAL_TIME.value: "global clock row",
-    Table.QUEUE.value: "lock queues: one row per lock, tickets as columns",
-    Table.OWNER.value: "lock owners: one main row per lock",
-    "lock_watermark": "per-lock queue watermark (a max-register)",
+    Table.QUEUE.value: "lock queues: one row per lock, tickets as columns, waiter leases as values",
+    Table.WATERMARK.value: "per-lock queue watermarks (max-registers: published and proposed)",
     Table.INDEX.value: "per-shard index of locks with live state",
     Table.BACKOFF_MAIN.value: "baseline algorithm main row (benchmarks)",
     Table.BACKOFF_SHADOW.value: "baseline algorithm shadow row (benchmarks)",
-    VERSIONED_TABLE: "lease records and fencing counters; written ONLY with LWT (IF)",
+    VersionedTable.LEASE.value: "holder lease records and fencing counters; written ONLY with LWT (IF)",
+    VersionedTable.FENCED.value: "fenced resources (highest token + keys); written ONLY with LWT (IF)",
 }
 
 

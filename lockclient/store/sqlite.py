@@ -38,6 +38,7 @@ from lockclient.store.base import (
     Cell,
     CellStore,
     Table,
+    VersionedTable,
     check_cas_arguments,
     validate_limit,
 )
@@ -59,13 +60,18 @@ CREATE TABLE IF NOT EXISTS cells (
     applied_at  REAL    NOT NULL,
     PRIMARY KEY (cf, row, col)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS versioned (
+CREATE TABLE IF NOT EXISTS cas_cells (
+    tbl   TEXT NOT NULL,
     row   TEXT NOT NULL,
     col   TEXT NOT NULL,
     value TEXT NOT NULL,
-    PRIMARY KEY (row, col)
+    PRIMARY KEY (tbl, row, col)
 ) WITHOUT ROWID;
 """
+
+_SCHEMA_VERSION = 2
+"""``PRAGMA user_version`` of a store file this code wrote. Version 1 (chronolock 0.1.0) kept
+one versioned table, ``versioned``, that lock leases and fenced resources shared."""
 
 # Cassandra's reconciliation, as an upsert guard (see module docstring).
 _UPSERT = """
@@ -98,7 +104,43 @@ class SQLiteStore(CellStore):
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the directory for the SQLite store {path!r}: {exc}") from exc
-        self._run(lambda conn: conn.executescript(_SCHEMA))
+        self._run(self._create_schema)
+
+    @staticmethod
+    def _create_schema(conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")  # one process creates or migrates; the others wait
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > _SCHEMA_VERSION:
+                raise StoreError(
+                    f"this SQLite store was written by a newer chronolock (schema {version} > {_SCHEMA_VERSION})"
+                )
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'versioned'").fetchone()
+            if old is not None:
+                # Schema 1: lease rows kept their lock id as the row; fenced resources used the
+                # prefix "fenced-resource:" in the same table (a lock id could collide with it).
+                # The 0.1 lease layout (one record per owner) is not carried over: its holders
+                # and waiters belong to the old algorithm, and leasewatch clears what they left.
+                conn.execute(
+                    "INSERT OR IGNORE INTO cas_cells (tbl, row, col, value) "
+                    "SELECT ?, substr(row, 17), col, value "
+                    "FROM versioned WHERE row LIKE 'fenced-resource:%'",
+                    (VersionedTable.FENCED.value,),
+                )
+                conn.execute(
+                    "INSERT OR IGNORE INTO cas_cells (tbl, row, col, value) "
+                    "SELECT ?, row, col, value FROM versioned WHERE col = '~fence'",
+                    (VersionedTable.LEASE.value,),
+                )
+                conn.execute("DROP TABLE versioned")
+            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     @classmethod
     def from_url(cls, url: StoreUrl) -> SQLiteStore:
@@ -172,16 +214,21 @@ class SQLiteStore(CellStore):
         expires = None if ttl is None else now + ttl
         self._run(lambda c: c.execute(_UPSERT, (str(table), row, column, value, timestamp, 0, expires, now)))
 
-    def put_cells(self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int) -> None:
+    def put_cells(
+        self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int, ttl: float | None = None
+    ) -> None:
         if not cells:
             return
+        if ttl is not None and not ttl > 0:
+            raise ValueError(f"ttl must be positive, got {ttl}")
         now = time.time()
+        expires = None if ttl is None else now + ttl
         # One multi-row upsert: a single statement is atomic on its own (the GlobalTime hot path).
-        values = ", ".join(["(?, ?, ?, ?, ?, 0, NULL, ?)"] * len(cells))
+        values = ", ".join(["(?, ?, ?, ?, ?, 0, ?, ?)"] * len(cells))
         sql = _UPSERT.replace("VALUES (?, ?, ?, ?, ?, ?, ?, ?)", f"VALUES {values}")
         params: list[object] = []
         for column, value in cells.items():
-            params += [str(table), row, column, value, timestamp, now]
+            params += [str(table), row, column, value, timestamp, expires, now]
         self._run(lambda c: c.execute(sql, params))
 
     def delete(self, table: Table, row: str, column: str, *, timestamp: int) -> None:
@@ -208,10 +255,17 @@ class SQLiteStore(CellStore):
         )
         return [Cell(col, value, ts) for col, value, ts in rows]
 
-    # -- versioned table ---------------------------------------------------------
+    # -- versioned tables ----------------------------------------------------------
 
-    def read_versioned(self, row: str) -> dict[str, str]:
-        rows = self._run(lambda c: c.execute("SELECT col, value FROM versioned WHERE row = ?", (row,)).fetchall())
+    def read_versioned(
+        self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
+    ) -> dict[str, str]:
+        # One SQLite file is linearizable for every reader: serial or not is the same read.
+        rows = self._run(
+            lambda c: c.execute(
+                "SELECT col, value FROM cas_cells WHERE tbl = ? AND row = ?", (table.value, row)
+            ).fetchall()
+        )
         return dict(rows)
 
     def compare_and_set(
@@ -219,25 +273,30 @@ class SQLiteStore(CellStore):
         row: str,
         expected: Mapping[str, str | None],
         updates: Mapping[str, str | None],
+        *,
+        table: VersionedTable = VersionedTable.LEASE,
     ) -> CasResult:
         check_cas_arguments(expected, updates)
+        tbl = table.value
 
         def attempt(conn: sqlite3.Connection) -> CasResult:
             with self._transaction(conn):
                 current: dict[str, str | None] = {}
                 for col in expected:
-                    found = conn.execute("SELECT value FROM versioned WHERE row = ? AND col = ?", (row, col)).fetchone()
+                    found = conn.execute(
+                        "SELECT value FROM cas_cells WHERE tbl = ? AND row = ? AND col = ?", (tbl, row, col)
+                    ).fetchone()
                     current[col] = None if found is None else found[0]
                 if any(current[col] != want for col, want in expected.items()):
                     return CasResult(applied=False, current=current)
                 for col, value in updates.items():
                     if value is None:
-                        conn.execute("DELETE FROM versioned WHERE row = ? AND col = ?", (row, col))
+                        conn.execute("DELETE FROM cas_cells WHERE tbl = ? AND row = ? AND col = ?", (tbl, row, col))
                     else:
                         conn.execute(
-                            "INSERT INTO versioned (row, col, value) VALUES (?, ?, ?) "
-                            "ON CONFLICT (row, col) DO UPDATE SET value = excluded.value",
-                            (row, col, value),
+                            "INSERT INTO cas_cells (tbl, row, col, value) VALUES (?, ?, ?, ?) "
+                            "ON CONFLICT (tbl, row, col) DO UPDATE SET value = excluded.value",
+                            (tbl, row, col, value),
                         )
                     current[col] = value
                 return CasResult(applied=True, current=current)

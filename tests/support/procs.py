@@ -135,6 +135,7 @@ class Fleet:
         skew: str | None = None,
         tick: float = 0.5,
         max_skew: float = 1.0,
+        replicas: int = 1,
         wait: bool = True,
     ) -> ServiceProcess:
         port = free_port()
@@ -146,6 +147,7 @@ class Fleet:
                 "TIMESVC_PORT": str(port),
                 "TIMESVC_TICK": str(tick),
                 "TIMESVC_MAX_SKEW": str(max_skew),
+                "TIMESVC_REPLICAS": str(replicas),
                 "TIMESVC_REPLICA_ID": name,
                 "TIMESVC_SHUTDOWN_GRACE": "1",
             },

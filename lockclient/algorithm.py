@@ -1,0 +1,178 @@
+"""What every lock algorithm shares: the acquisition at hand, the locker's services, and
+the one compare-and-set that grants a lock.
+
+Two algorithms implement :class:`Algorithm`: the fair queue (:mod:`lockclient.fairqueue`,
+the default) and the thesis' baseline (:mod:`lockclient.backoff`, for benchmarks). They
+differ only in *who may try* to take the lock and when; taking it is the same for both
+(:func:`take`), so the two are mutually exclusive even on one lock id.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from lockclient.errors import LockCancelled, LockTimeout, StoreUnavailable
+from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, format_fence, parse_fence
+from lockclient.logs import get_logger
+from lockclient.store import CellStore
+from lockclient.store.counting import CountingStore
+
+if TYPE_CHECKING:
+    from lockclient.clock import GlobalClock
+    from lockclient.keeper import Keeper
+    from lockclient.wake import InProcessSignals, Waker
+    from lockclient.watermark import Watermarks
+
+__all__ = ["Acquisition", "Algorithm", "Services", "Timestamps", "take"]
+
+log = get_logger("lockclient")
+
+
+class Timestamps:
+    """Strictly increasing write timestamps (µs), never below the global time they are seeded
+    with (DESIGN.md "timestamps rule": every mutation of our own cells beats the version it
+    supersedes, whatever this machine's wall clock says)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def next(self, at_least: int = 0) -> int:
+        with self._lock:
+            self._last = max(self._last + 1, at_least)
+            return self._last
+
+
+@dataclass
+class Services:
+    """What a :class:`~lockclient.locker.RemoteLocker` gives the algorithm it runs."""
+
+    store: CellStore
+    clock: GlobalClock
+    timestamps: Timestamps
+    keeper: Keeper
+    watermarks: Watermarks
+    signals: InProcessSignals
+    waker: Waker | None
+    lease: float
+    poll_min: float
+    poll_max: float
+    monotonic: Callable[[], float] = time.monotonic
+
+    def announce(self, lock_id: str) -> None:
+        """The lock's holder or queue changed: wake its waiters here now, and elsewhere
+        through leasewatch (best effort, off the caller's path)."""
+        self.signals.notify(lock_id)
+        waker = self.waker
+        if waker is not None:
+            self.keeper.defer(lambda: waker.notify(lock_id), what="notify leasewatch", lock_id=lock_id, give_up_after=0)
+
+
+@dataclass
+class Acquisition:
+    """One ``get_lock`` / ``try_get_lock`` call."""
+
+    lock_id: str
+    store: CountingStore
+    """The locker's store, counting what this acquisition costs."""
+    deadline: float | None
+    cancel: threading.Event | None
+    max_hold: float | None
+    blocking: bool
+
+    def check(self) -> None:
+        """Raise if the caller gave up (cancel) or ran out of time."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise LockCancelled("get_lock was cancelled", lock_id=self.lock_id)
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise LockTimeout("timed out waiting for the lock", lock_id=self.lock_id)
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+
+class Algorithm(Protocol):
+    name: ClassVar[str]
+
+    def acquire(self, attempt: Acquisition) -> HeldLease | None:
+        """The granted lease (not yet kept alive: the locker hands it to the keeper), or None
+        when not blocking and the lock is busy. Leaves nothing behind on any error."""
+        ...
+
+    def release(self, lease: HeldLease, store: CellStore) -> bool:
+        """Remove the holder record and this algorithm's own cells, in one round trip.
+        True if the lease was still ours. Raises StoreError (the locker retries later)."""
+        ...
+
+
+def take(
+    services: Services, attempt: Acquisition, owner: str, ticket: str, fence: str | None
+) -> HeldLease | str | None:
+    """The compare-and-set that grants the lock and issues its fencing token, in one round:
+    ``~holder`` absent and ``~fence`` = n  →  ``~holder`` = me (v1, token n+1), ``~fence`` = n+1.
+
+    Returns the lease when granted; the current holder's record (raw) when someone holds
+    it; None when the caller should look again (the fencing counter it was told was stale
+    three times in a row). ``fence`` is the counter as the caller last read it — a hint:
+    when it is stale, the compare-and-set says so and returns the current value.
+    """
+    store = attempt.store
+    for _ in range(3):
+        token = parse_fence(fence)[0] + 1
+        record = HolderRecord(owner, 1, services.lease, ticket, token)
+        value = record.encode()
+        started = services.monotonic()
+        expected = {HOLDER_COLUMN: None, FENCE_COLUMN: fence}
+        updates = {HOLDER_COLUMN: value, FENCE_COLUMN: format_fence(token, owner)}
+        try:
+            result = store.compare_and_set(attempt.lock_id, expected, updates)
+            applied, current = result.applied, dict(result.current)
+        except StoreUnavailable as exc:
+            applied, current = _settle(services, attempt, value, exc)
+        if applied:
+            return HeldLease(
+                attempt.lock_id, record, renewed_at=started, max_hold=attempt.max_hold, monotonic=services.monotonic
+            )
+        holder = current.get(HOLDER_COLUMN)
+        if holder is not None:
+            return holder
+        fence = current.get(FENCE_COLUMN)
+    return None
+
+
+def _settle(
+    services: Services, attempt: Acquisition, value: str, cause: StoreUnavailable
+) -> tuple[bool, dict[str, str | None]]:
+    """The grant's outcome stayed unknown after the store's own re-reads: keep reading,
+    within the caller's deadline. If the deadline comes first, make sure the lock is not
+    left granted to nobody (a deferred release of our value, if it is there), and give up."""
+    pause = 0.05
+    while True:
+        try:
+            row = attempt.store.read_versioned(attempt.lock_id)
+        except StoreUnavailable as exc:
+            remaining = attempt.remaining()
+            cancelled = attempt.cancel is not None and attempt.cancel.is_set()
+            if cancelled or (remaining is not None and remaining <= pause):
+                _release_if_ours(services, attempt.lock_id, value)
+                log.warning("grant_outcome_unknown", lock_id=attempt.lock_id, error=str(exc), cause=str(cause))
+                attempt.check()
+                raise StoreUnavailable(f"the grant's outcome stayed unknown: {exc}") from exc
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            continue
+        holder = row.get(HOLDER_COLUMN)
+        return holder == value, {HOLDER_COLUMN: holder, FENCE_COLUMN: row.get(FENCE_COLUMN)}
+
+
+def _release_if_ours(services: Services, lock_id: str, value: str) -> None:
+    """In the background: delete the holder record if it is the one we proposed."""
+
+    def run() -> None:
+        services.store.compare_and_set(lock_id, {HOLDER_COLUMN: value}, {HOLDER_COLUMN: None})
+
+    services.keeper.defer(run, what="release an unconfirmed grant", lock_id=lock_id, give_up_after=services.lease * 3)

@@ -1,0 +1,242 @@
+"""The fair lock: first come, first served (thesis listings 5–7, DESIGN.md §5).
+
+Per lock id, the **queue row** holds one cell per contender, named by its *ticket*
+(20-digit global time in µs, then the owner), so column order is arrival order; the
+cell's value is the contender's lease (it rewrites it every ``lease/3``). The lock's
+row in the lease table holds the **holder** (``~holder``) and the fencing counter.
+
+One acquisition, top to bottom (:meth:`FairQueue.acquire`):
+
+1. **enqueue** — take a ticket from global time; write the queue cell and the lock's
+   index entry (for leasewatch) — one round trip, the two writes overlap;
+2. **look** — read the queue from the watermark, the lease row (a plain read, no
+   Paxos) and the watermark row — one round trip. The first look also finishes the
+   watermark handshake (:mod:`lockclient.watermark`): a ticket below the proposed
+   watermark queues again;
+3. **take** — if our ticket is first and nobody holds the lock, one compare-and-set
+   grants it and issues the fencing token (:func:`lockclient.algorithm.take`);
+4. otherwise **wait** for the one thing that can let us move: the cell just ahead of
+   ours to be gone, or — first in line — the holder to change; then look again.
+
+So an uncontended acquisition costs two plain round trips and one Paxos round; a
+release costs one round trip (the holder record and the queue cell, together).
+
+**Where this departs from the thesis, and why.** Listing 6 decides the holder with a
+contest in an owner row ("write my owner cell, read the row back: alone means
+acquired", theorem 1). Here the compare-and-set on ``~holder`` decides it: it is
+linearizable where the owner-row contest relies on quorum visibility, it costs one
+round instead of two sequential ones, and the fencing token needs that Paxos round
+anyway. The queue still decides *who may try*, which is what makes the lock fair;
+only the first in line ever touches the lock's Paxos row, and waiters renew their
+leases with plain writes, so waiters never contend with each other or the holder.
+
+The holder keeps its queue cell until it releases, so the queue in the store shows
+the holder first and its successor watches that cell like any other predecessor.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from functools import partial
+from typing import ClassVar
+
+from lockclient.algorithm import Acquisition, Services, take
+from lockclient.errors import StoreError
+from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, WaiterLease
+from lockclient.lockid import index_shard, make_owner, make_ticket, ticket_time
+from lockclient.logs import get_logger
+from lockclient.store import CellStore, Table, concurrently
+from lockclient.wake import Watch
+
+__all__ = ["QUEUE_SLICE", "FairQueue"]
+
+log = get_logger("lockclient")
+
+QUEUE_SLICE = 64
+"""How many queue cells one look reads at most (enough to know our place and predecessor)."""
+
+LONG_POLL_S = 2.0
+"""Longest single wait on leasewatch (a missed wake-up costs at most this)."""
+
+
+class _Turn(enum.Enum):
+    REVOKED = "our queue cell is gone (revoked by leasewatch)"
+    REQUEUE = "our ticket is below the proposed watermark"
+    NOT_NOW = "busy (not waiting)"
+
+
+class FairQueue:
+    """``algorithm="queue"``: the fair FIFO lock."""
+
+    name: ClassVar[str] = "queue"
+
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    # -- acquire --------------------------------------------------------------------------
+
+    def acquire(self, attempt: Acquisition) -> HeldLease | None:
+        store = attempt.store
+        if not attempt.blocking and self._busy(attempt):
+            return None  # listing 7, line 1: held or awaited; do not even enqueue
+        while True:
+            waiter = self._enqueue(attempt)
+            try:
+                turn = self._wait_turn(attempt, waiter)
+            except BaseException:
+                self._withdraw(store, waiter)
+                raise
+            if isinstance(turn, HeldLease):
+                waiter.end()
+                self.s.keeper.remove(waiter)  # the queue cell now belongs to the holder
+                if self.s.watermarks.due(attempt.lock_id, turn.ticket):
+                    self._advance_watermark(attempt.lock_id, turn.ticket)
+                return turn
+            self._withdraw(store, waiter)
+            if turn is _Turn.NOT_NOW or not attempt.blocking:
+                return None
+            log.info("requeue", lock_id=attempt.lock_id, owner=waiter.owner, reason=turn.value)
+            attempt.check()
+
+    def _busy(self, attempt: Acquisition) -> bool:
+        store, lock_id = attempt.store, attempt.lock_id
+        start = self.s.watermarks.start(lock_id)
+        head, row = concurrently(
+            store,
+            lambda: store.read_row(Table.QUEUE, lock_id, start=start, limit=1),
+            lambda: store.read_versioned(lock_id, serial=False),
+        )
+        return bool(head) or HOLDER_COLUMN in row
+
+    def _enqueue(self, attempt: Acquisition) -> WaiterLease:
+        """Listing 5: a ticket from global time; the queue cell (our lease) and the index entry."""
+        store, lock_id = attempt.store, attempt.lock_id
+        owner = make_owner()
+        now = self.s.clock.now_us()
+        waiter = WaiterLease(lock_id, owner, make_ticket(now, owner), self.s.lease, monotonic=self.s.monotonic)
+        stamp = self.s.timestamps.next(now)
+        try:
+            store.run_concurrently(
+                [
+                    lambda: store.put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, timestamp=stamp),
+                    # Every time, not only the first: leasewatch drops idle ids from the index,
+                    # and a re-listing must never depend on this process remembering it.
+                    lambda: store.put(Table.INDEX, index_shard(lock_id), lock_id, "", timestamp=stamp),
+                ]
+            )
+        except BaseException:
+            self._withdraw(store, waiter)
+            raise
+        self.s.keeper.add_waiter(waiter)
+        return waiter
+
+    def _wait_turn(self, attempt: Acquisition, waiter: WaiterLease) -> HeldLease | _Turn:
+        """Listing 6 (blocking) / 7 (not): look, take when first and free, else wait."""
+        store, lock_id, ticket = attempt.store, attempt.lock_id, waiter.ticket
+        first_look = True
+        delay = self.s.poll_min
+        last: Watch | None = None
+        while True:
+            seen = self.s.signals.generation(lock_id)
+            start = self.s.watermarks.start(lock_id, ticket)
+            cells, row, marks = concurrently(
+                store,
+                partial(store.read_row, Table.QUEUE, lock_id, start=start, limit=QUEUE_SLICE),
+                lambda: store.read_versioned(lock_id, serial=False),
+                lambda: store.read_row(Table.WATERMARK, lock_id),
+            )
+            _, proposed = self.s.watermarks.observe(lock_id, marks)
+            if first_look:
+                first_look = False
+                if ticket_time(ticket) < proposed:
+                    return _Turn.REQUEUE  # the watermark handshake: our cell may be invisible
+            columns = [c.column for c in cells]
+            try:
+                position = columns.index(ticket)
+            except ValueError:
+                if len(columns) < QUEUE_SLICE or columns[-1] > ticket:
+                    return _Turn.REVOKED
+                position = QUEUE_SLICE  # further back than one slice
+            holder: str | None = row.get(HOLDER_COLUMN)
+            if position == 0 and holder is None:
+                taken = take(self.s, attempt, waiter.owner, ticket, row.get(FENCE_COLUMN))
+                if isinstance(taken, HeldLease):
+                    return taken
+                holder = taken
+                if holder is None:
+                    continue  # the counter moved under us three times: look again
+            if not attempt.blocking:
+                return _Turn.NOT_NOW
+            if position == 0:
+                assert holder is not None
+                watch = Watch("holder", _holder_owner(holder))
+            else:
+                watch = Watch("gone", columns[min(position, len(columns)) - 1])
+            # Back off while nothing we watch changes; after a change, look again soon.
+            delay = delay * 2 if watch == last else self.s.poll_min * max(1, min(position, 4))
+            delay = min(delay, self.s.poll_max * max(1, min(position, 4)))
+            last = watch
+            attempt.check()
+            self._wait(attempt, watch, delay * random.uniform(0.5, 1.0), seen)
+
+    def _wait(self, attempt: Acquisition, watch: Watch, backoff: float, seen: int) -> None:
+        remaining = attempt.remaining()
+        if remaining is not None:
+            backoff = min(backoff, remaining)
+        waker = self.s.waker
+        if waker is not None:
+            # leasewatch answers when the watched cell or holder changes (a release tells it
+            # at once); the cap bounds what a missed wake-up can cost. With a cancel event,
+            # shorter polls so that cancelling is noticed soon.
+            cap = LONG_POLL_S if attempt.cancel is None else 0.5
+            timeout = cap if remaining is None else min(cap, remaining)
+            if timeout > 0 and waker.wait_for_change(attempt.lock_id, watch, timeout):
+                return
+        self.s.signals.wait(attempt.lock_id, seen, backoff, attempt.cancel)
+
+    # -- leave the queue ----------------------------------------------------------------------
+
+    def _withdraw(self, store: CellStore, waiter: WaiterLease) -> None:
+        """Remove our queue cell; if the store is away, keep trying in the background (and if
+        that fails too, the cell stops being renewed and leasewatch removes it)."""
+        waiter.end()
+        self.s.keeper.remove(waiter)
+        stamp = self.s.timestamps.next()
+        lock_id = waiter.lock_id
+
+        def delete() -> None:
+            self.s.store.delete(Table.QUEUE, lock_id, waiter.ticket, timestamp=stamp)
+
+        try:
+            store.delete(Table.QUEUE, lock_id, waiter.ticket, timestamp=stamp)
+        except StoreError as exc:
+            log.warning("withdraw_deferred", lock_id=lock_id, owner=waiter.owner, error=str(exc))
+            self.s.keeper.defer(delete, what="withdraw a queue cell", lock_id=lock_id, give_up_after=3 * self.s.lease)
+        self.s.announce(lock_id)
+
+    # -- release ---------------------------------------------------------------------------------
+
+    def release(self, lease: HeldLease, store: CellStore) -> bool:
+        stamp = self.s.timestamps.next()
+        clean, _ = concurrently(
+            store,
+            lambda: lease.release(store),
+            lambda: store.delete(Table.QUEUE, lease.lock_id, lease.ticket, timestamp=stamp),
+        )
+        return clean
+
+    # -- the watermark ---------------------------------------------------------------------------
+
+    def _advance_watermark(self, lock_id: str, ticket: str) -> None:
+        def run() -> None:
+            self.s.watermarks.advance(self.s.store, lock_id, ticket)
+
+        self.s.keeper.defer(run, what="advance the watermark", lock_id=lock_id, give_up_after=self.s.lease)
+
+
+def _holder_owner(raw: str) -> str:
+    try:
+        return HolderRecord.decode(raw).owner
+    except StoreError:
+        return raw

@@ -1,0 +1,269 @@
+"""The keeper: renews every lease of one :class:`~lockclient.locker.RemoteLocker`, fires
+lost signals on time, and finishes store work the caller could not wait for.
+
+Two kinds of thread, so that a slow store can never delay what must be on time:
+
+* one **dispatcher** thread that never calls the store. It keeps a schedule (a heap)
+  of renewals, expiry checks and deferred tasks, and hands due work to the workers.
+  Expiry checks fire ``lock.lost`` at ``valid_until`` exactly, whatever the store does;
+* a small pool of **workers** that make the store calls. One lease's renewal stuck
+  for seconds in a compare-and-set occupies one worker; every other lease is renewed
+  on time by the others (issue: "one slow compare-and-set on lock X delayed lock Y's
+  renewal *and* Y's loss signal"). A lease is never renewed twice at once.
+
+Deferred tasks are store work that must eventually happen but need not happen on the
+caller's path: the rest of a release whose store call failed, withdrawing a queue cell
+after a cancelled wait, notifying leasewatch. Each is retried with back-off until it
+succeeds or its time is up (by then leasewatch clears what is left).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from lockclient.lease import HeldLease, WaiterLease
+from lockclient.logs import get_logger
+from lockclient.store import CellStore
+
+__all__ = ["Keeper"]
+
+log = get_logger("lockclient.keeper")
+
+_RENEW, _EXPIRE, _TASK = "renew", "expire", "task"
+
+
+@dataclass(eq=False)
+class _Task:
+    run: Callable[[], object]
+    """Returns normally when done; raising (or returning False) means try again later."""
+    what: str
+    lock_id: str
+    give_up_at: float | None
+    on_done: Callable[[bool], None] | None = None
+    """Called once with True (it succeeded) or False (given up)."""
+    pause: float = 0.05
+    attempts: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Keeper:
+    """Renewals, expiry and deferred store work for one locker. Thread-safe."""
+
+    def __init__(
+        self,
+        store: CellStore,
+        next_timestamp: Callable[[], int],
+        *,
+        workers: int = 8,
+        monotonic: Callable[[], float] = time.monotonic,
+        name: str = "chronolock-keeper",
+    ) -> None:
+        self._store = store
+        self._next_timestamp = next_timestamp
+        self._monotonic = monotonic
+        self._name = name
+        self._workers = workers
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, str, object]] = []
+        self._seq = itertools.count()
+        self._holders: set[HeldLease] = set()
+        self._waiters: set[WaiterLease] = set()
+        self._busy: set[object] = set()
+        self._tasks: set[_Task] = set()
+        self._pool: ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # -- registration ----------------------------------------------------------------
+
+    def add_holder(self, lease: HeldLease) -> None:
+        with self._cond:
+            self._check_open()
+            self._holders.add(lease)
+            self._push(lease.next_due(), _RENEW, lease)
+            self._push(lease.valid_until(), _EXPIRE, lease)
+
+    def add_waiter(self, lease: WaiterLease) -> None:
+        with self._cond:
+            self._check_open()
+            self._waiters.add(lease)
+            self._push(lease.next_due(), _RENEW, lease)
+
+    def remove(self, lease: HeldLease | WaiterLease) -> None:
+        with self._cond:
+            if isinstance(lease, HeldLease):
+                self._holders.discard(lease)
+            else:
+                self._waiters.discard(lease)
+
+    def renewing(self, lease: HeldLease | WaiterLease) -> bool:
+        with self._cond:
+            return lease in self._holders or lease in self._waiters
+
+    def defer(
+        self,
+        run: Callable[[], object],
+        *,
+        what: str,
+        lock_id: str,
+        give_up_after: float | None = None,
+        on_done: Callable[[bool], None] | None = None,
+    ) -> threading.Event:
+        """Run ``run`` on a worker now, and again with back-off while it raises or returns
+        False, for at most ``give_up_after`` seconds (None: until the keeper closes).
+        Returns an event set when it succeeded or was given up; ``on_done(succeeded)``
+        runs then (on a worker thread)."""
+        now = self._monotonic()
+        task = _Task(run, what, lock_id, None if give_up_after is None else now + give_up_after, on_done)
+        with self._cond:
+            if self._closed:
+                task.done.set()
+                if on_done is not None:
+                    on_done(False)
+                return task.done
+            self._tasks.add(task)
+            self._push(now, _TASK, task)
+        return task.done
+
+    def pending_tasks(self) -> int:
+        with self._cond:
+            return len(self._tasks)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Wait up to ``timeout`` for deferred tasks, then stop. Leases stop being renewed."""
+        deadline = self._monotonic() + timeout
+        with self._cond:
+            tasks = list(self._tasks)
+        for task in tasks:
+            task.done.wait(max(0.0, deadline - self._monotonic()))
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._holders.clear()
+            self._waiters.clear()
+            self._cond.notify_all()
+            pool, thread = self._pool, self._thread
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)
+
+    # -- scheduling ---------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the locker is closed")
+
+    def _push(self, when: float, kind: str, target: object) -> None:
+        """Caller holds the condition."""
+        heapq.heappush(self._heap, (when, next(self._seq), kind, target))
+        if self._thread is None:
+            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=f"{self._name}-worker")
+            self._thread = threading.Thread(target=self._dispatch_forever, name=self._name, daemon=True)
+            self._thread.start()
+        else:
+            self._cond.notify()
+
+    def _dispatch_forever(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._closed:
+                        return
+                    now = self._monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        _, _, kind, target = heapq.heappop(self._heap)
+                        break
+                    self._cond.wait(None if not self._heap else min(self._heap[0][0] - now, 1.0))
+                work = self._claim(kind, target)
+                pool = self._pool
+            if work is not None and pool is not None:
+                try:
+                    pool.submit(work)
+                except RuntimeError:  # shut down meanwhile
+                    return
+
+    def _claim(self, kind: str, target: object) -> Callable[[], None] | None:
+        """Decide what a due entry means now (caller holds the condition)."""
+        if kind == _EXPIRE:
+            lease = target
+            assert isinstance(lease, HeldLease)
+            if lease not in self._holders:
+                return None
+            lease.check_expiry()  # no store call: fires lost at valid_until exactly
+            if lease.lost.is_set():
+                self._holders.discard(lease)
+            elif not lease.ended:
+                self._push(lease.valid_until(), _EXPIRE, lease)
+            return None
+        if kind == _TASK:
+            assert isinstance(target, _Task)
+            if target in self._busy:
+                return None
+            self._busy.add(target)
+            return lambda: self._run_task(target)
+        registered = target in self._holders or target in self._waiters
+        if not registered or target in self._busy:
+            return None
+        self._busy.add(target)
+        return lambda: self._renew(target)
+
+    def _renew(self, lease: object) -> None:
+        try:
+            if isinstance(lease, HeldLease):
+                lease.renew(self._store)
+            else:
+                assert isinstance(lease, WaiterLease)
+                lease.renew(self._store, self._next_timestamp)
+        except Exception:  # never let one lease's bug stop the others
+            log.exception("lease_renewal_crashed")
+        with self._cond:
+            self._busy.discard(lease)
+            if isinstance(lease, HeldLease):
+                if lease.ended or lease.lost.is_set():
+                    self._holders.discard(lease)
+                elif lease in self._holders:
+                    self._push(lease.next_due(), _RENEW, lease)
+                    self._push(lease.valid_until(), _EXPIRE, lease)
+            elif isinstance(lease, WaiterLease):
+                if lease.ended:
+                    self._waiters.discard(lease)
+                elif lease in self._waiters:
+                    self._push(lease.next_due(), _RENEW, lease)
+
+    def _run_task(self, task: _Task) -> None:
+        ok = False
+        error: BaseException | None = None
+        try:
+            ok = task.run() is not False
+        except Exception as exc:
+            error = exc
+        task.attempts += 1
+        with self._cond:
+            self._busy.discard(task)
+            now = self._monotonic()
+            finished = ok or self._closed or (task.give_up_at is not None and now + task.pause > task.give_up_at)
+            if not finished:
+                if task.attempts in (1, 10) or task.attempts % 100 == 0:
+                    log.warning("deferred_task_retrying", what=task.what, lock_id=task.lock_id, error=str(error))
+                self._push(now + task.pause, _TASK, task)
+                task.pause = min(task.pause * 2, 2.0)
+                return
+            self._tasks.discard(task)
+        if not ok:
+            log.warning(
+                "deferred_task_given_up", what=task.what, lock_id=task.lock_id, attempts=task.attempts, error=str(error)
+            )
+        if task.on_done is not None:
+            try:
+                task.on_done(ok)
+            except Exception:
+                log.exception("deferred_task_callback_failed", what=task.what)
+        task.done.set()

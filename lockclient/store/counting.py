@@ -1,0 +1,134 @@
+"""A store wrapper that counts what one acquisition or release costs.
+
+Three numbers per operation, the ones the benchmarks report and the tests bound:
+
+* ``ops`` — every store call, by name (``put``, ``read_row``, ``compare_and_set``, ...);
+* ``round_trips`` — *sequential* round trips on the caller's path: one per call, except
+  that a group run with :meth:`CountingStore.run_concurrently` counts once (its calls
+  overlap on Cassandra; on the embedded store they run one after the other in
+  microseconds, and the count shows what the algorithm asks of a networked store);
+* ``lwt_rounds`` — Paxos rounds: compare-and-sets and serial reads of a versioned table.
+
+The counters belong to one operation (one acquisition attempt, one release), which
+runs on one thread; background work (renewals, deferred cleanup) uses the store
+directly and is not counted here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from lockclient import metrics
+from lockclient.store.base import CasResult, Cell, CellStore, Table, VersionedTable
+
+__all__ = ["CountingStore", "OpCounts"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class OpCounts:
+    """What one operation cost the store."""
+
+    ops: Counter[str] = field(default_factory=Counter)
+    round_trips: int = 0
+    lwt_rounds: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+    def add(self, other: OpCounts) -> None:
+        self.ops.update(other.ops)
+        self.round_trips += other.round_trips
+        self.lwt_rounds += other.lwt_rounds
+
+
+class CountingStore(CellStore):
+    """Delegates every call to ``store`` and counts it into ``counts``."""
+
+    def __init__(self, store: CellStore, counts: OpCounts | None = None) -> None:
+        self.inner = store
+        self.counts = counts if counts is not None else OpCounts()
+        self.supports_compare_and_set = store.supports_compare_and_set
+        self.spans_machines = store.spans_machines
+        self._grouped = 0
+        self._lock = threading.Lock()  # grouped calls may run on the adapter's threads
+
+    def _count(self, op: str, *, lwt: bool = False) -> None:
+        with self._lock:
+            self.counts.ops[op] += 1
+            if lwt:
+                self.counts.lwt_rounds += 1
+            if not self._grouped:
+                self.counts.round_trips += 1
+        metrics.STORE_OPS.labels(op).inc()
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    def put(self, table: Table, row: str, column: str, value: str, *, timestamp: int, ttl: float | None = None) -> None:
+        self._count("put")
+        self.inner.put(table, row, column, value, timestamp=timestamp, ttl=ttl)
+
+    def put_cells(
+        self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int, ttl: float | None = None
+    ) -> None:
+        self._count("put_cells")
+        self.inner.put_cells(table, row, cells, timestamp=timestamp, ttl=ttl)
+
+    def delete(self, table: Table, row: str, column: str, *, timestamp: int) -> None:
+        self._count("delete")
+        self.inner.delete(table, row, column, timestamp=timestamp)
+
+    def get(self, table: Table, row: str, column: str) -> Cell | None:
+        self._count("get")
+        return self.inner.get(table, row, column)
+
+    def read_row(self, table: Table, row: str, *, start: str = "", limit: int | None = None) -> list[Cell]:
+        self._count("read_row")
+        return self.inner.read_row(table, row, start=start, limit=limit)
+
+    def read_versioned(
+        self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
+    ) -> dict[str, str]:
+        self._count("read_versioned" if serial else "read_versioned_hint", lwt=serial)
+        return self.inner.read_versioned(row, table=table, serial=serial)
+
+    def compare_and_set(
+        self,
+        row: str,
+        expected: Mapping[str, str | None],
+        updates: Mapping[str, str | None],
+        *,
+        table: VersionedTable = VersionedTable.LEASE,
+    ) -> CasResult:
+        self._count("compare_and_set", lwt=True)
+        return self.inner.compare_and_set(row, expected, updates, table=table)
+
+    def run_concurrently(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        """One round trip for the whole group (the calls are this wrapper's own methods,
+        so each is still counted as an operation)."""
+        with self._lock:
+            if not self._grouped:
+                self.counts.round_trips += 1
+            self._grouped += 1
+        try:
+            return self.inner.run_concurrently(calls)
+        finally:
+            with self._lock:
+                self._grouped -= 1
+
+    def collect_garbage(self) -> int:
+        return self.inner.collect_garbage()
+
+    def close(self) -> None:
+        """The wrapped store belongs to the caller."""
+
+    def __getattr__(self, name: str) -> Any:  # adapter extras (e.g. SQLite's path)
+        return getattr(self.inner, name)
