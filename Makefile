@@ -27,7 +27,11 @@ system-deps:
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo -n"; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  apt="$$SUDO apt-get -o DPkg::Lock::Timeout=600"; \
+	  for try in 1 2 3; do \
+	    $$apt update -qq && DEBIAN_FRONTEND=noninteractive $$apt install -y -qq --no-install-recommends $$missing >/dev/null && break; \
+	    [ $$try = 3 ] && exit 1; echo "apt-get failed (another apt running?); retrying in 20 s"; sleep 20; \
+	  done; \
 	fi
 
 lint: install

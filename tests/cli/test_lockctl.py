@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from lockclient.lease import HOLDER_COLUMN
 from lockclient.settings import ClientSettings, env_names
 from lockclient.store import open_store
 
@@ -263,9 +264,9 @@ def test_lost_lock_terminates_the_command(
     try:
         deadline = time.monotonic() + WAIT
         while True:
-            current = store.read_versioned("job").get(owner)
-            assert current is not None
-            if store.compare_and_set("job", {owner: current}, {owner: None}).applied:
+            current = store.read_versioned("job").get(HOLDER_COLUMN)
+            assert current is not None and owner in current
+            if store.compare_and_set("job", {HOLDER_COLUMN: current}, {HOLDER_COLUMN: None}).applied:
                 break
             assert time.monotonic() < deadline  # a renewal raced us; read again
     finally:

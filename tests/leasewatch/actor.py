@@ -74,7 +74,7 @@ def wait_for_file(path: Path, timeout: float) -> bool:
 
 def fenced_write(report: Reporter, guard: FencedResource, token: int, owner: str, phase: str, lost: bool) -> None:
     try:
-        guard.write(token, "k", owner)
+        guard.write(token, "k", owner, holder=owner)
     except StaleFencingToken as exc:
         report("fenced_write", phase=phase, ok=False, stale=True, error=str(exc), token=token, lost_at_write=lost)
     except Exception as exc:

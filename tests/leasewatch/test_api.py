@@ -44,14 +44,21 @@ def test_lock_introspection_and_wait(processes: Fleet, sqlite_url: str) -> None:
             assert next(q["owner"] for q in body["queue"]) == holder.owner
             summary = http.get("/locks").json()
             assert any(s["lock_id"] == lock_id and s["queue_length"] == 2 for s in summary)
-            # Long-poll: a stale `after` answers at once; otherwise it answers when the head changes.
-            assert http.get(f"{path}/wait", params={"after": "0", "timeout": 5}).json()["changed"] is True
+            # Long-poll: a watched cell that is already gone, or a holder that is no longer the one
+            # named, answers at once; otherwise the wait ends when the watched thing changes.
+            wait = f"/wait/{quote(lock_id, safe='')}"
+            assert http.get(wait, params={"gone": "0" * 20 + "nobody", "timeout": 5}).json()["changed"] is True
+            assert http.get(wait, params={"holder": "", "timeout": 5}).json()["changed"] is True
+            still = http.get(wait, params={"holder": holder.owner, "timeout": 0.3}).json()
+            assert still["changed"] is False and still["holders"] == [holder.owner]
             head = body["queue"][0]["ticket"]
+            assert head == holder.ticket  # the holder keeps its queue cell until it releases
             threading.Timer(0.3, holder.release).start()
             started = time.monotonic()
-            woke = http.get(f"{path}/wait", params={"after": head, "timeout": 10}).json()
+            woke = http.get(wait, params={"gone": head, "timeout": 10}).json()
             assert woke["changed"] is True and woke["head"] != head
             assert time.monotonic() - started < 9, "the wait should end on the change, not the timeout"
+            assert http.post(f"/notify/{quote(lock_id, safe='')}").status_code == 202
         t.join(timeout=20)
         assert got == [2]
         waiter_side.close()
@@ -62,14 +69,12 @@ def test_revoke_requires_a_bearer_token(processes: Fleet, sqlite_url: str) -> No
     guarded = processes.leasewatch(sqlite_url, name="guarded", admin_token=TOKEN)
     with open_store(sqlite_url) as store, RemoteLocker(store, lease=3) as locker:
         lock = locker.get_lock("revokable")
-        refused = httpx.post(f"{open_lw.url}/locks/revokable/revoke", timeout=5)
+        refused = httpx.post(f"{open_lw.url}/revoke/revokable", timeout=5)
         assert refused.status_code == 403 and "LEASEWATCH_ADMIN_TOKEN" in refused.json()["detail"]
-        wrong = httpx.post(f"{guarded.url}/locks/revokable/revoke", headers={"Authorization": "Bearer nope"}, timeout=5)
+        wrong = httpx.post(f"{guarded.url}/revoke/revokable", headers={"Authorization": "Bearer nope"}, timeout=5)
         assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
         assert not lock.lost.is_set()
-        ok = httpx.post(
-            f"{guarded.url}/locks/revokable/revoke", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5
-        )
+        ok = httpx.post(f"{guarded.url}/revoke/revokable", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5)
         assert ok.status_code == 200 and ok.json()["revoked"] == [lock.owner]
         assert lock.lost.wait(timeout=5), "the holder learns at its next renewal"
         assert lock.lost_reason == "lease revoked"
@@ -86,9 +91,13 @@ def test_bad_http_input_gets_a_clear_4xx(processes: Fleet, sqlite_url: str) -> N
         too_long = http.get(f"/locks/{'x' * 300}")
         assert too_long.status_code == 422 and "256" in too_long.json()["detail"]
         for bad in ("abc", "-1", "0", "31"):
-            response = http.get("/locks/x/wait", params={"timeout": bad})
+            response = http.get("/wait/x", params={"timeout": bad, "holder": ""})
             assert response.status_code == 422, bad
             assert response.json()["detail"][0]["loc"] == ["query", "timeout"]
+        neither = http.get("/wait/x", params={"timeout": 1})
+        assert neither.status_code == 422 and "exactly one" in neither.json()["detail"]
+        both = http.get("/wait/x", params={"timeout": 1, "holder": "", "gone": "t"})
+        assert both.status_code == 422
         assert http.delete("/locks/x").status_code == 405
         assert http.get("/openapi.json").json()["info"]["title"] == "chronolock leasewatch"
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from leasewatch.watcher import Watcher
-from lockclient import CellStore, RemoteLocker, open_store
-from lockclient.locker import index_shard
-from lockclient.lockid import make_ticket
+from lockclient import CellStore, RemoteLock, RemoteLocker, open_store
+from lockclient.lease import HOLDER_COLUMN, WaiterRecord
+from lockclient.lockid import index_shard, make_ticket
 from lockclient.store import Table
+from tests.support.faulty import FaultyStore
 
 
 class FakeMonotonic:
@@ -32,14 +34,28 @@ def clock() -> FakeMonotonic:
     return FakeMonotonic()
 
 
-def watcher(store: CellStore, clock: FakeMonotonic, name: str = "w") -> Watcher:
-    return Watcher(store, grace=1.0, orphan_after=5.0, replica_id=name, monotonic=clock)
+def watcher(store: CellStore, clock: FakeMonotonic, name: str = "w", grace: float = 1.0) -> Watcher:
+    return Watcher(store, grace=grace, orphan_after=5.0, replica_id=name, monotonic=clock)
+
+
+def stop_renewing(locker: RemoteLocker, lock: RemoteLock) -> None:
+    """The holder "dies": its keeper no longer renews it (the process is otherwise untouched)."""
+    locker._services.keeper.remove(lock._lease)
+
+
+def wait_until(predicate: object, what: str, timeout: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        threading.Event().wait(0.01)
 
 
 def test_revokes_only_after_lease_plus_grace_of_observed_silence(store: CellStore, clock: FakeMonotonic) -> None:
     locker = RemoteLocker(store, lease=4.0)
     lock = locker.get_lock("L")
-    locker._renewer.remove(lock._lease)  # the holder "dies": no more renewals
+    stop_renewing(locker, lock)
     w = watcher(store, clock)
     assert w.scan().revoked == 0  # first sighting starts the clock
     clock.now += 4.9
@@ -47,14 +63,14 @@ def test_revokes_only_after_lease_plus_grace_of_observed_silence(store: CellStor
     clock.now += 0.2
     report = w.scan()
     assert report.revoked == 1 and w.revocations == 1
-    assert store.read_versioned("L").get(lock.owner) is None
-    assert store.read_row(Table.OWNER, "L") == [] and store.get(Table.QUEUE, "L", lock.ticket) is None
+    assert HOLDER_COLUMN not in store.read_versioned("L")
+    assert store.get(Table.QUEUE, "L", lock.ticket) is None
     event = w.events[-1]
     assert event.holder and event.owner == lock.owner and event.by == "w"
     # The next contender gets the lock and a larger fencing token.
     with RemoteLocker(store, lease=4.0) as other, other.get_lock("L", timeout=5) as again:
         assert again.fencing_token == lock.fencing_token + 1
-    lock._lease.renew()  # the dead holder wakes up: its renewal finds the record revoked
+    lock._lease.renew(store)  # the dead holder wakes up: its renewal finds the record revoked
     assert lock.lost.is_set() and lock.lost_reason == "lease revoked"
     assert lock.release() is False
     locker.close()
@@ -69,22 +85,50 @@ def test_renewing_holders_are_never_revoked_even_by_a_watcher_that_was_paused(
     w.scan()
     # The watcher is paused for 3 leases; the holder keeps renewing meanwhile.
     for _ in range(3):
-        lock._lease.renew()
+        lock._lease.renew(store)
     clock.now += 12.0
     assert w.scan().revoked == 0  # the value changed: the clock restarts
     # Worse: the watcher observed, then paused before acting; the holder renewed in between.
-    stale_value = store.read_versioned("L")[lock.owner]
-    lock._lease.renew()
-    assert not w._revoke("L", lock.owner, stale_value, lock._lease._record, "test", None)
+    stale_value = store.read_versioned("L")[HOLDER_COLUMN]
+    lock._lease.renew(store)
+    assert not w._revoke_holder("L", stale_value, "test", None)
     assert not lock.lost.is_set()
     lock.release()
+    locker.close()
+
+
+def test_a_stalled_read_is_stamped_when_it_completes(store: CellStore, clock: FakeMonotonic) -> None:
+    """Finding 1: the watcher took `now` before reading; a read that stalled returned a value
+    written during the stall, stamped too early. Schedule: lease 2 s, grace 0.5 s; the
+    watcher's read stalls 1.2 s, during which the holder renews (its last success) and
+    dies. The revocation must not come before 1.7 + 2 + 0.5 = 4.2 s on the watcher's clock."""
+    faulty = FaultyStore(store)
+    locker = RemoteLocker(store, lease=2.0)
+    lock = locker.get_lock("stall")
+    stop_renewing(locker, lock)
+    w = watcher(faulty, clock, grace=0.5)
+    clock.now = 0.0
+    w.scan()  # t = 0: first sighting of v1
+
+    def renew_during_the_stall(*args: object, **kwargs: object) -> None:
+        clock.now += 1.2  # the read stalls...
+        lock._lease.renew(store)  # ...and the holder's last renewal lands meanwhile
+
+    clock.now = 0.5
+    faulty.arm("read_versioned", before=renew_during_the_stall, when=lambda row, **kw: row == "stall")
+    w.scan()  # the read started at 0.5 and completed at 1.7 with v2
+    clock.now = 3.1  # 3.1 - 0.5 > 2.5: a watcher stamping at the read's start revokes here
+    assert w.scan().revoked == 0, "revoked before the holder's own deadline"
+    assert not lock.lost.is_set()
+    clock.now = 4.3  # 4.3 - 1.7 > 2.5
+    assert w.scan().revoked == 1
     locker.close()
 
 
 def test_fresh_watcher_revokes_nothing_until_it_watched_a_full_lease(store: CellStore, clock: FakeMonotonic) -> None:
     locker = RemoteLocker(store, lease=4.0)
     lock = locker.get_lock("L")
-    locker._renewer.remove(lock._lease)
+    stop_renewing(locker, lock)
     first = watcher(store, clock, "first")
     first.scan()
     clock.now += 3.0
@@ -103,7 +147,7 @@ def test_two_watchers_revoke_each_dead_lease_exactly_once(store: CellStore, cloc
     locker = RemoteLocker(store, lease=2.0)
     dead = [locker.get_lock(f"dead-{i}") for i in range(3)]
     for lock in dead:
-        locker._renewer.remove(lock._lease)
+        stop_renewing(locker, lock)
     a, b = watcher(store, clock, "a"), watcher(store, clock, "b")
     a.scan()
     b.scan()
@@ -113,21 +157,56 @@ def test_two_watchers_revoke_each_dead_lease_exactly_once(store: CellStore, cloc
     locker.close()
 
 
-def test_orphan_cells_without_a_lease_are_cleared_and_the_lock_works_again(
-    store: CellStore, clock: FakeMonotonic
-) -> None:
-    # A writer that crashed between its writes: an owner cell and a queue cell, no lease record.
+def test_a_dead_waiter_is_revoked_for_good_and_a_slow_one_queues_again(store: CellStore, clock: FakeMonotonic) -> None:
+    """A waiter's lease is its queue cell. Revoked, it is deleted with a timestamp no later
+    renewal can beat: a waiter that was only slow finds it gone and queues again."""
+    locker = RemoteLocker(store, lease=2.0)
+    holder = locker.get_lock("W")
+    result: list[RemoteLock] = []
+    waiting = threading.Thread(target=lambda: result.append(locker.get_lock("W", timeout=30)))
+    waiting.start()
+    wait_until(lambda: len(locker.status("W").queue) == 2, "the waiter to queue")
+    waiter_cell = locker.status("W").queue[1]
+    keeper = locker._services.keeper
+    waiter_lease = next(lease for lease in list(keeper._waiters) if lease.ticket == waiter_cell.ticket)
+    keeper.remove(waiter_lease)  # the waiter stops renewing (as if paused)
+    w = watcher(store, clock)
+    w.scan()
+    clock.now += 3.1
+    holder._lease.renew(store)  # the holder is alive (the fake clock ran ahead of its renewer)
+    assert w.scan().revoked == 1
+    event = w.events[-1]
+    assert not event.holder and event.owner == waiter_cell.owner
+    waiter_lease.renew(store, locker._services.timestamps.next)  # a late renewal...
+    assert store.get(Table.QUEUE, "W", waiter_cell.ticket) is None  # ...cannot bring it back
+    # The waiter notices at its next look and queues again, behind the holder.
+    wait_until(
+        lambda: any(q.ticket != waiter_cell.ticket for q in locker.status("W").queue[1:]), "the waiter to requeue"
+    )
+    holder.release()
+    waiting.join(timeout=30)
+    assert result and result[0].fencing_token == holder.fencing_token + 1
+    result[0].release()
+    locker.close()
+
+
+def test_orphan_cells_are_cleared_and_the_lock_works_again(store: CellStore, clock: FakeMonotonic) -> None:
+    # Cells nobody renews that are not leases: a baseline contender that crashed holding a
+    # shadow cell and a main cell (no holder record), and a malformed queue cell.
     store.put(Table.INDEX, index_shard("orphaned"), "orphaned", "", timestamp=10)
-    store.put(Table.OWNER, "orphaned", "ghost", "t", timestamp=100)
-    ticket = make_ticket(50, "ghost")
-    store.put(Table.QUEUE, "orphaned", ticket, "ghost", timestamp=50)
+    store.put(Table.BACKOFF_MAIN, "orphaned", "ghost", "", timestamp=100)
+    store.put(Table.BACKOFF_SHADOW, "orphaned", "ghost2", "", timestamp=100)
+    ticket = make_ticket(50, "ghost3")
+    store.put(Table.QUEUE, "orphaned", ticket, "not a lease", timestamp=50)
     with RemoteLocker(store, lease=2.0) as locker:
-        assert locker.try_get_lock("orphaned") is None  # blocked by the ghost
+        assert locker.try_get_lock("orphaned") is None  # blocked by the malformed queue cell
         w = watcher(store, clock)
         assert w.scan().orphans_cleared == 0
         clock.now += 5.5
-        assert w.scan().orphans_cleared == 2
-        assert store.read_row(Table.OWNER, "orphaned") == [] and store.get(Table.QUEUE, "orphaned", ticket) is None
+        assert w.scan().orphans_cleared == 3
+        assert store.read_row(Table.BACKOFF_MAIN, "orphaned") == []
+        assert store.read_row(Table.BACKOFF_SHADOW, "orphaned") == []
+        assert store.get(Table.QUEUE, "orphaned", ticket) is None
         got = locker.try_get_lock("orphaned")
         assert got is not None
         got.release()
@@ -136,6 +215,37 @@ def test_orphan_cells_without_a_lease_are_cleared_and_the_lock_works_again(
         clock.now += 5.5
         w.scan()
         assert store.get(Table.INDEX, index_shard("orphaned"), "orphaned") is None
+
+
+def test_idle_index_deletion_never_hides_a_new_contender(store: CellStore, clock: FakeMonotonic) -> None:
+    """Finding 4: the watcher decided a lock id was idle from one set of reads, then deleted the
+    index cell with a later timestamp; a contender that listed the lock in between had its
+    fresh entry deleted, and if it then died holding, it was never revoked. The deletion now
+    uses the timestamp of the first idle sighting: it cannot shadow a newer entry."""
+    faulty = FaultyStore(store)
+    locker = RemoteLocker(store, lease=2.0)
+    locker.get_lock("idle").release()
+    w = watcher(faulty, clock)
+    w.scan()  # first idle sighting
+    clock.now += 5.5
+    contender: list[RemoteLock] = []
+
+    def contender_arrives(*args: object, **kwargs: object) -> None:
+        if not contender:  # once: after the watcher's reads, before it touches the index entry
+            contender.append(locker.get_lock("idle"))  # lists the lock again, queues, takes it
+
+    for method in ("get", "delete"):
+        faulty.arm(method, before=contender_arrives, when=lambda table, *a, **k: table == Table.INDEX)
+    w.scan()  # decides "idle" from its reads, then the contender arrives, then it deletes
+    assert contender, "the schedule did not run"
+    assert store.get(Table.INDEX, index_shard("idle"), "idle") is not None, "the new entry was deleted"
+    stop_renewing(locker, contender[0])  # ...and it dies holding
+    w.scan()
+    clock.now += 3.1
+    assert w.scan().revoked == 1, "a dead holder of a lock id missing from the index is never revoked"
+    with RemoteLocker(store, lease=2.0) as other:
+        assert other.try_get_lock("idle") is not None
+    locker.close()
 
 
 def test_operator_revocation_and_lock_view(store: CellStore, clock: FakeMonotonic) -> None:
@@ -148,7 +258,7 @@ def test_operator_revocation_and_lock_view(store: CellStore, clock: FakeMonotoni
     assert view.holders == [lock.owner] and view.fencing_token == 1 and view.head == lock.ticket
     assert view.leases[lock.owner].observed_age == pytest.approx(1.5)
     assert w.revoke_now("ops") == [lock.owner]
-    lock._lease.renew()
+    lock._lease.renew(store)
     assert lock.lost.is_set()
     assert w.view("ops").holders == []
     locker.close()
@@ -161,7 +271,7 @@ def test_scan_cost_follows_live_locks_not_history(store: CellStore, clock: FakeM
         live = locker.get_lock("live")
         w = watcher(store, clock)
         assert w.scan().locks == 51
-        live._lease.renew()  # the live holder renews while the (fake) time passes
+        live._lease.renew(store)  # the live holder renews while the (fake) time passes
         clock.now += 5.5
         w.scan()  # idle lock ids leave the index after the window
         report = w.scan()
@@ -172,13 +282,22 @@ def test_scan_cost_follows_live_locks_not_history(store: CellStore, clock: FakeM
 def test_two_watchers_racing_on_the_same_stale_value_revoke_once(store: CellStore, clock: FakeMonotonic) -> None:
     locker = RemoteLocker(store, lease=2.0)
     lock = locker.get_lock("race")
-    locker._renewer.remove(lock._lease)
-    raw = store.read_versioned("race")[lock.owner]
-    record = lock._lease._record
+    stop_renewing(locker, lock)
+    raw = store.read_versioned("race")[HOLDER_COLUMN]
     a, b = watcher(store, clock, "a"), watcher(store, clock, "b")
     # Both observed the same version go stale and act at the same moment: one CAS wins.
-    assert a._revoke("race", lock.owner, raw, record, "stale", 3.0) is True
-    assert b._revoke("race", lock.owner, raw, record, "stale", 3.0) is False
+    assert a._revoke_holder("race", raw, "stale", 3.0) is True
+    assert b._revoke_holder("race", raw, "stale", 3.0) is False
     assert a.revocations + b.revocations == 1
-    assert store.read_row(Table.OWNER, "race") == []
+    assert store.get(Table.QUEUE, "race", lock.ticket) is None
     locker.close()
+
+
+def test_queue_cells_hold_waiter_leases(store: CellStore) -> None:
+    with RemoteLocker(store, lease=3.0) as locker:
+        lock = locker.get_lock("cells")
+        cell = store.get(Table.QUEUE, "cells", lock.ticket)
+        assert cell is not None
+        record = WaiterRecord.decode(cell.value)
+        assert record.owner == lock.owner and record.lease == 3.0
+        lock.release()

@@ -7,6 +7,7 @@ import asyncio
 import math
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,9 +27,10 @@ from lockclient import (
     StaleFencingToken,
     open_store,
 )
-from lockclient.locker import ENQUEUE_WINDOW_US
+from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN
 from lockclient.lockid import MAX_LOCK_ID_BYTES, make_owner, make_ticket, ticket_time, validate_lock_id
 from lockclient.store import Table
+from lockclient.watermark import WINDOW_US, parse_marks
 
 
 @pytest.fixture
@@ -171,7 +173,7 @@ def test_holder_whose_renewals_fail_sees_lost_before_anyone_could_revoke(tmp_pat
     try:
         assert lock.lost.wait(timeout=10), "the holder never noticed it could not renew"
         # Its lease record is still there, unrevoked: the holder gave up on its own first.
-        assert store.read_versioned("fragile")[lock.owner] is not None
+        assert store.read_versioned("fragile")[HOLDER_COLUMN] is not None
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
@@ -181,7 +183,7 @@ def test_holder_whose_renewals_fail_sees_lost_before_anyone_could_revoke(tmp_pat
             break
         threading.Event().wait(0.01)
     assert reasons and "renewal" in reasons[0]
-    assert set(record_before) == {"~fence", lock.owner}
+    assert set(record_before) == {FENCE_COLUMN, HOLDER_COLUMN}
     with pytest.raises(LockLost), lock:
         pass
     assert lock.release() is False
@@ -192,8 +194,8 @@ def test_holder_whose_renewals_fail_sees_lost_before_anyone_could_revoke(tmp_pat
 def test_exit_raises_lock_lost_only_if_the_body_did_not_raise(locker: RemoteLocker, store: CellStore) -> None:
     lock = locker.get_lock("x")
     with pytest.raises(LockLost), lock:
-        store.compare_and_set("x", {lock.owner: store.read_versioned("x")[lock.owner]}, {lock.owner: None})
-        lock._lease.renew()  # the next renewal finds the record revoked
+        store.compare_and_set("x", {HOLDER_COLUMN: store.read_versioned("x")[HOLDER_COLUMN]}, {HOLDER_COLUMN: None})
+        lock._lease.renew(store)  # the next renewal finds the record revoked
         assert lock.lost.is_set() and lock.lost_reason == "lease revoked"
     lock2 = locker.get_lock("y")
     with pytest.raises(ZeroDivisionError), lock2:
@@ -276,7 +278,7 @@ def test_asyncio_twin_and_cancellation(locker: RemoteLocker, sqlite_url: str) ->
 def test_head_read_skips_100k_tombstones_below_the_watermark(locker: RemoteLocker, sqlite_url: str) -> None:
     """DESIGN.md §5: reads of the queue head stay cheap after many acquisitions. 100k released
     tickets are written straight into the file (setup only), then SQLite's VM steps are counted."""
-    base = locker.clock.now_us() - 3 * ENQUEUE_WINDOW_US
+    base = locker.clock.now_us() - 3 * WINDOW_US
     db = sqlite_url.removeprefix("sqlite:///")
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN")
@@ -285,11 +287,17 @@ def test_head_read_skips_100k_tombstones_below_the_watermark(locker: RemoteLocke
         ((str(Table.QUEUE), "hot", make_ticket(base + i, "old"), base + i) for i in range(100_000)),
     )
     conn.execute("COMMIT")
-    with locker.get_lock("hot"):  # acquiring publishes the watermark (ticket - window)
+    with locker.get_lock("hot"):  # acquiring publishes the watermark (ticket - window), in the background
         pass
+    deadline = time.monotonic() + 10
+    while parse_marks(locker.store.read_row(Table.WATERMARK, "hot"))[0] == 0:
+        assert time.monotonic() < deadline, "the watermark was never published"
+        threading.Event().wait(0.01)
     fresh = other_locker(sqlite_url)  # a new process: knows nothing, reads the stored watermark
-    start = make_ticket(fresh._watermark("hot", fresh.store), "")
-    assert ticket_time(start) >= base + 100_000 - 1 - ENQUEUE_WINDOW_US
+    published, proposed = parse_marks(fresh.store.read_row(Table.WATERMARK, "hot"))
+    start = make_ticket(published, "")
+    assert ticket_time(start) >= base + 100_000 - 1 - WINDOW_US
+    assert proposed >= published
 
     steps = [0]
 

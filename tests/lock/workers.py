@@ -27,7 +27,15 @@ def contend(
     and write through a fenced resource. Writes one JSON history file per process."""
     store = open_store(store_url)
     clock = TimeServiceClock(timesvc_urls) if timesvc_urls else None
-    locker = RemoteLocker(store, clock, lease=10, algorithm=algorithm, backoff_owner_wait=0.05, backoff_step=0.005)
+    locker = RemoteLocker(
+        store,
+        clock,
+        lease=10,
+        algorithm=algorithm,
+        backoff_owner_wait=0.05,
+        backoff_step=0.005,
+        allow_store_clock=True,  # processes on one machine: one wall clock
+    )
     guard = FencedResource(store, f"resource:{lock_id}")
     history: list[dict[str, object]] = []
     # Warm up (first HTTP connection, first SQLite connection) so all contenders start together.
@@ -43,7 +51,7 @@ def contend(
             enter = time.monotonic_ns()  # CLOCK_MONOTONIC is system-wide: comparable across processes
             stale = False
             try:
-                guard.write(lock.fencing_token, "last_writer", lock.owner)
+                guard.write(lock.fencing_token, "last_writer", lock.owner, holder=lock.owner)
             except StaleFencingToken:
                 stale = True
             pause.wait(hold)

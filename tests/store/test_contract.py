@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lockclient.errors import ConfigurationError
-from lockclient.store import CellStore, Table, open_store, parse_store_url
+from lockclient.store import CellStore, Table, VersionedTable, open_store, parse_store_url
+from lockclient.store.sqlite import SQLiteStore
 from tests.store import workers
 
 
@@ -30,27 +31,27 @@ def needs_cas(store: CellStore) -> None:
 
 def test_put_then_get_returns_value_and_timestamp(store: CellStore) -> None:
     row = fresh_row()
-    store.put(Table.OWNER, row, "alice", "hello", timestamp=1_000)
-    cell = store.get(Table.OWNER, row, "alice")
+    store.put(Table.QUEUE, row, "alice", "hello", timestamp=1_000)
+    cell = store.get(Table.QUEUE, row, "alice")
     assert cell is not None
     assert (cell.column, cell.value, cell.timestamp) == ("alice", "hello", 1_000)
-    assert store.get(Table.OWNER, row, "bob") is None
+    assert store.get(Table.QUEUE, row, "bob") is None
 
 
 def test_tables_are_separate(store: CellStore) -> None:
     row = fresh_row()
-    store.put(Table.OWNER, row, "c", "x", timestamp=10)
+    store.put(Table.BACKOFF_MAIN, row, "c", "x", timestamp=10)
     assert store.get(Table.QUEUE, row, "c") is None
 
 
 def test_higher_timestamp_wins_whatever_the_arrival_order(store: CellStore) -> None:
     row = fresh_row()
-    store.put(Table.OWNER, row, "c", "new", timestamp=200)
-    store.put(Table.OWNER, row, "c", "old", timestamp=100)  # arrives later, older: ignored
-    cell = store.get(Table.OWNER, row, "c")
+    store.put(Table.QUEUE, row, "c", "new", timestamp=200)
+    store.put(Table.QUEUE, row, "c", "old", timestamp=100)  # arrives later, older: ignored
+    cell = store.get(Table.QUEUE, row, "c")
     assert cell is not None and (cell.value, cell.timestamp) == ("new", 200)
-    store.put(Table.OWNER, row, "c", "newest", timestamp=300)
-    cell = store.get(Table.OWNER, row, "c")
+    store.put(Table.QUEUE, row, "c", "newest", timestamp=300)
+    cell = store.get(Table.QUEUE, row, "c")
     assert cell is not None and (cell.value, cell.timestamp) == ("newest", 300)
 
 
@@ -69,29 +70,29 @@ def test_delete_hides_cells_up_to_its_timestamp_including_late_older_writes(stor
 
 def test_delete_of_a_cell_never_written_still_shadows_older_writes(store: CellStore) -> None:
     row = fresh_row()
-    store.delete(Table.OWNER, row, "ghost", timestamp=500)
-    store.put(Table.OWNER, row, "ghost", "boo", timestamp=499)
-    assert store.get(Table.OWNER, row, "ghost") is None
+    store.delete(Table.QUEUE, row, "ghost", timestamp=500)
+    store.put(Table.QUEUE, row, "ghost", "boo", timestamp=499)
+    assert store.get(Table.QUEUE, row, "ghost") is None
 
 
 @pytest.mark.parametrize("delete_first", [False, True])
 def test_tombstone_beats_live_cell_at_equal_timestamp(store: CellStore, delete_first: bool) -> None:
     row = fresh_row()
     if delete_first:
-        store.delete(Table.OWNER, row, "c", timestamp=777)
-        store.put(Table.OWNER, row, "c", "zzz", timestamp=777)
+        store.delete(Table.QUEUE, row, "c", timestamp=777)
+        store.put(Table.QUEUE, row, "c", "zzz", timestamp=777)
     else:
-        store.put(Table.OWNER, row, "c", "zzz", timestamp=777)
-        store.delete(Table.OWNER, row, "c", timestamp=777)
-    assert store.get(Table.OWNER, row, "c") is None
+        store.put(Table.QUEUE, row, "c", "zzz", timestamp=777)
+        store.delete(Table.QUEUE, row, "c", timestamp=777)
+    assert store.get(Table.QUEUE, row, "c") is None
 
 
 @pytest.mark.parametrize("order", [("apple", "banana"), ("banana", "apple")])
 def test_larger_value_wins_between_live_cells_at_equal_timestamp(store: CellStore, order: tuple[str, str]) -> None:
     row = fresh_row()
     for value in order:
-        store.put(Table.OWNER, row, "c", value, timestamp=42)
-    cell = store.get(Table.OWNER, row, "c")
+        store.put(Table.QUEUE, row, "c", value, timestamp=42)
+    cell = store.get(Table.QUEUE, row, "c")
     assert cell is not None and cell.value == "banana"
 
 
@@ -116,8 +117,8 @@ def test_column_order_is_utf8_byte_order(store: CellStore) -> None:
     row = fresh_row()
     names = ["b", "a", "Z", "é", "ß", "\u4e2d", "a\u00e9", "aa"]
     for i, name in enumerate(names):
-        store.put(Table.OWNER, row, name, "x", timestamp=i + 1)
-    got = [c.column for c in store.read_row(Table.OWNER, row)]
+        store.put(Table.QUEUE, row, name, "x", timestamp=i + 1)
+    got = [c.column for c in store.read_row(Table.QUEUE, row)]
     assert got == sorted(names, key=lambda s: s.encode("utf-8"))
 
 
@@ -242,6 +243,71 @@ def test_cas_rows_are_independent(store: CellStore) -> None:
     assert store.read_versioned(b) == {}
 
 
+def test_versioned_tables_are_separate_namespaces(store: CellStore) -> None:
+    """A lock id and a fenced resource of the same name never share a row (the old
+    "fenced-resource:X" collision)."""
+    needs_cas(store)
+    row = fresh_row()
+    assert store.compare_and_set(row, {"x": None}, {"x": "lease"}).applied
+    assert store.read_versioned(row, table=VersionedTable.FENCED) == {}
+    assert store.compare_and_set(row, {"x": None}, {"x": "fenced"}, table=VersionedTable.FENCED).applied
+    assert store.read_versioned(row) == {"x": "lease"}
+    assert store.read_versioned(row, table=VersionedTable.FENCED, serial=False) == {"x": "fenced"}
+
+
+def test_plain_read_of_a_versioned_row_sees_completed_writes(store: CellStore) -> None:
+    needs_cas(store)
+    row = fresh_row()
+    assert store.compare_and_set(row, {"a": None, "b": None}, {"a": "1", "b": "2"}).applied
+    assert store.read_versioned(row, serial=False) == {"a": "1", "b": "2"}
+
+
+def test_not_applied_while_holding_our_own_values_counts_as_applied(store: CellStore) -> None:
+    """A re-proposed Paxos round can answer "not applied" with the caller's own value in the
+    row; unique values make that recognisable (DESIGN.md §3). Reproduced here by sending the
+    same unique write twice: the second finds its own value."""
+    needs_cas(store)
+    row = fresh_row()
+    unique = f"mine-{uuid.uuid4().hex}"
+    assert store.compare_and_set(row, {"a": None}, {"a": unique}).applied
+    again = store.compare_and_set(row, {"a": None}, {"a": unique})
+    if isinstance(store, SQLiteStore):
+        assert not again.applied  # one file: no Paxos rounds, nothing re-proposed; plain answer
+    else:
+        assert again.applied and again.current["a"] == unique
+
+
+def test_run_concurrently_keeps_order_and_raises_after_all_ran(store: CellStore) -> None:
+    row = fresh_row()
+    results = store.run_concurrently(
+        [
+            lambda: store.put(Table.QUEUE, row, "a", "1", timestamp=5),
+            lambda: store.put(Table.QUEUE, row, "b", "2", timestamp=5),
+        ]
+    )
+    assert results == [None, None]
+    got = store.run_concurrently([lambda: store.get(Table.QUEUE, row, "b"), lambda: store.get(Table.QUEUE, row, "a")])
+    assert [c.value if c else None for c in got] == ["2", "1"]
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        store.run_concurrently([boom, lambda: store.put(Table.QUEUE, row, "c", "3", timestamp=5)])
+    cell = store.get(Table.QUEUE, row, "c")
+    assert cell is not None and cell.value == "3", "the other call still ran"
+
+
+def test_put_cells_with_ttl(store: CellStore) -> None:
+    row = fresh_row()
+    store.put_cells(Table.GLOBAL_TIME, row, {"a": "1", "b": "2"}, timestamp=7, ttl=1)
+    assert {c.column for c in store.read_row(Table.GLOBAL_TIME, row)} == {"a", "b"}
+    deadline = time.monotonic() + 10
+    while store.read_row(Table.GLOBAL_TIME, row):
+        assert time.monotonic() < deadline, "TTL'd cells did not expire"
+        time.sleep(0.2)
+
+
 def test_cas_is_linearizable_under_racing_processes(store: CellStore, store_url: str) -> None:
     needs_cas(store)
     row = fresh_row()
@@ -335,8 +401,8 @@ def test_any_sequence_of_writes_ends_in_the_state_cassandra_would_reach(
     row = fresh_row()
     for op, col, ts, value in ops:
         if op == "put":
-            store.put(Table.OWNER, row, col, value, timestamp=ts)
+            store.put(Table.QUEUE, row, col, value, timestamp=ts)
         else:
-            store.delete(Table.OWNER, row, col, timestamp=ts)
-    got = {c.column: (c.value, c.timestamp) for c in store.read_row(Table.OWNER, row)}
+            store.delete(Table.QUEUE, row, col, timestamp=ts)
+    got = {c.column: (c.value, c.timestamp) for c in store.read_row(Table.QUEUE, row)}
     assert got == _model(ops)
