@@ -253,7 +253,7 @@ def test_signal_while_waiting_withdraws_from_the_queue(env: dict[str, str], back
 def test_lost_lock_terminates_the_command(
     env: dict[str, str], background: Background, store_url: str, mode: str
 ) -> None:
-    marker, _ = background.hold("job", "holder", "--lease", "1", "--kill-grace", "0.5", mode=mode)
+    marker, _ = background.hold("job", "holder", "--lease", "3", "--kill-grace", "0.5", mode=mode)
     info = read_marker(marker)
     owner = info["CHRONOLOCK_LOCK_OWNER"]
     proc = background.procs[0]
