@@ -334,3 +334,50 @@ def test_command_reads_the_terminal_and_gets_ctrl_c(env: dict[str, str], tmp_pat
         if slave >= 0:
             os.close(slave)
     assert_free(env, "tty-job")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash for an interactive job-control shell")
+def test_ctrl_z_stops_lockctl_with_its_command_and_fg_continues_both(env: dict[str, str], tmp_path: Path) -> None:
+    """In an interactive shell: Ctrl-Z stops the command; lockctl takes the terminal back and stops
+    itself so that the shell gets its prompt; ``fg`` continues lockctl, which lends the terminal to
+    the command again and continues it (the lease is still good)."""
+    env = {**env, "PS1": "PROMPT$ ", "TERM": "dumb", "HISTFILE": str(tmp_path / "history")}
+    master, slave = os.openpty()
+    try:
+        shell = subprocess.Popen(
+            ["setsid", "--ctty", "bash", "--norc", "--noprofile", "-i"],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=tmp_path,
+        )
+        os.close(slave)
+        slave = -1
+        terminal = Terminal(master)
+        try:
+            terminal.expect("PROMPT$ ")
+            terminal.type(f"{quoted(LOCKCTL, 'run', 'z-job', '--', sys.executable, WITNESS, 'tty-read')}\n".encode())
+            terminal.expect("tty-read ready")
+            terminal.type(b"\x1a")  # Ctrl-Z
+            terminal.expect("Stopped")
+            terminal.expect("PROMPT$ ")  # the shell has its terminal back: lockctl stopped too
+            assert status(env, "z-job")["held"] is True  # still ours while briefly stopped
+            terminal.type(b"fg\n")
+            terminal.expect("tty-read")  # bash names the job it continues
+            terminal.type(b"hello\n")  # queued on the terminal until the foreground command reads it
+            terminal.expect("got:hello")
+            terminal.expect("PROMPT$ ")
+            terminal.type(b"echo status=$?\n")
+            terminal.expect("status=0")
+            terminal.type(b"exit\n")
+            assert shell.wait(timeout=WAIT) == 0
+        finally:
+            if shell.poll() is None:
+                shell.kill()
+                shell.wait(timeout=WAIT)
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    assert_free(env, "z-job")
