@@ -246,9 +246,14 @@ class TerminationSchedule:
         if now >= valid_until - self.margin:
             self.kill_sent_at = now
             self.lease_ended = True
+            when = (
+                f"runs out in {left:.2f} s"
+                if left > 0
+                else f"ran out {-left:.2f} s ago (lockctl was stopped or not scheduled)"
+            )
             return Decision(
                 signal.SIGKILL,
-                f"the lease runs out in {max(left, 0.0):.2f} s and was not renewed; "
+                f"the lease {when} and was not renewed; "
                 "killing the command's process group now so that it is dead before anyone else can get the lock",
             )
         if self._lock.lost.is_set():
@@ -661,7 +666,7 @@ def _supervise(
         if not group.exited:
             info = group.poll_leader(stops=terminal is not None)
             if info is not None and not group.exited and terminal is not None:
-                _suspend_with_the_command(group, schedule, terminal)
+                _suspend_with_the_command(group, schedule, terminal, info.si_status)
                 continue
             if group.exited and terminal is not None:
                 terminal.take_back()
@@ -696,19 +701,23 @@ def _supervise(
         time.sleep(max(wait, 0.001))
 
 
-def _suspend_with_the_command(group: CommandGroup, schedule: TerminationSchedule, terminal: Terminal) -> None:
-    """The command was stopped from the terminal (Ctrl-Z): stop lockctl too, like a shell's job.
+def _suspend_with_the_command(
+    group: CommandGroup, schedule: TerminationSchedule, terminal: Terminal, stopped_by: int
+) -> None:
+    """The command was stopped (Ctrl-Z): stop lockctl too, like a shell's job, as ``sudo`` does.
 
     The shell only regains its terminal when every process of *its* job (lockctl)
     has stopped. While lockctl is stopped nothing renews the lease, so on
     ``fg``/``bg`` the command is continued only if the schedule still allows it.
     """
     terminal.take_back()
-    os.kill(os.getpid(), signal.SIGSTOP)
+    # SIGTSTP rather than SIGSTOP: in an orphaned process group, where no shell could ever
+    # continue us, the kernel discards it and we simply go on (a SIGSTOPped command excepted).
+    os.kill(os.getpid(), signal.SIGSTOP if stopped_by == signal.SIGSTOP else signal.SIGTSTP)
     # Continued (fg or bg). If the lease ran short meanwhile, leave the command stopped: the
     # loop's schedule terminates it (SIGTERM is followed by SIGCONT; SIGKILL needs none).
     if not schedule.allows_running():
         return
-    if terminal.is_ours():  # fg rather than bg
+    if terminal.is_ours():  # fg; after bg the terminal stays the shell's and is not taken back later
         terminal.lend(group.pgid)
     group.signal(signal.SIGCONT)
