@@ -23,7 +23,8 @@ reasoning) so that no process of CMD's process group runs without the lock:
   SIGTERM when ``kill_grace + KILL_MARGIN`` (0.5 s) of the lease are left and
   SIGKILL ``KILL_MARGIN`` before the lease runs out — before leasewatch can
   revoke it and grant the lock to anyone else. A lost lock starts the same at once.
-  ``--kill-grace`` + 0.5 s must therefore be at most half the lease.
+  ``--kill-grace`` + 0.5 s must therefore be at most half the lease; the default
+  grace is 2 s, or lease/2 - 0.5 s for leases under 5 s.
 
 Not covered: a *paused* lockctl (SIGSTOP, a frozen VM) — only the fencing token,
 passed by CMD to the resource it protects, guards against it; processes that leave
@@ -34,7 +35,8 @@ Exit status of ``lockctl run``:
 ====  ==========================================================================
  N    CMD's own exit status (a CMD killed by signal N gives 128+N, like a shell)
  2    bad usage: invalid lock id, bad ``--timeout`` / ``--lease`` / ``--kill-grace``,
-      or ``--kill-grace`` too long for the lease (``kill_grace + 0.5 > lease / 2``)
+      ``--kill-grace`` too long for the lease (``kill_grace + 0.5 > lease / 2``), or
+      a lease under 1 s
  69   the store (or timesvc) is unavailable (EX_UNAVAILABLE)
  70   the lock was lost, or was about to run out, while CMD (or a process it left
       in its group) ran; they were terminated (SIGTERM, then SIGKILL after
@@ -88,6 +90,7 @@ from lockclient.supervisor import (
     DEFAULT_KILL_GRACE,
     KILL_MARGIN,
     SupervisionError,
+    default_kill_grace,
     kill_grace_problem,
     run_supervised,
 )
@@ -257,16 +260,18 @@ def run(
         typer.Option("--lease", help="Lease length in seconds (default: CHRONOLOCK_LEASE)."),
     ] = None,
     kill_grace: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--kill-grace",
             help=(
                 "Seconds between SIGTERM and SIGKILL when the command's process group must stop (lock lost, "
                 f"lease running out, leftovers after the command exits). kill-grace + {KILL_MARGIN:g} s must be "
-                "at most half the lease."
+                f"at most half the lease. Default: {DEFAULT_KILL_GRACE:g} s, or lease/2 - {KILL_MARGIN:g} s "
+                "for leases under 5 s."
             ),
+            show_default=False,
         ),
-    ] = DEFAULT_KILL_GRACE,
+    ] = None,
     verbose: Verbose = 0,
     log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
@@ -294,7 +299,7 @@ def run(
     if lease is not None and not math.isfinite(lease):
         _fail(EXIT_USAGE, f"error: --lease must be a finite number of seconds, got {lease}")
     _check_seconds("--kill-grace", kill_grace)
-    if not math.isfinite(kill_grace):
+    if kill_grace is not None and not math.isfinite(kill_grace):
         _fail(EXIT_USAGE, f"error: --kill-grace must be a finite number of seconds, got {kill_grace}")
     if try_ and timeout is not None:
         _fail(EXIT_USAGE, "error: --try and --timeout exclude each other (--try never waits)")
@@ -309,6 +314,15 @@ def run(
         source = f"{effective_lease:g} s from CHRONOLOCK_LEASE"
     else:
         effective_lease, source = lease, f"--lease {lease:g}"
+    if kill_grace is None:
+        kill_grace = default_kill_grace(effective_lease)
+        if kill_grace < 0:
+            _fail(
+                EXIT_USAGE,
+                f"error: a {effective_lease:g} s lease is too short for lockctl run: the command must be dead "
+                f"{KILL_MARGIN:g} s before the lease can run out and termination may start only when less than "
+                f"half of the lease is left, so the lease must be at least {2 * KILL_MARGIN:g} s [lease: {source}]",
+            )
     problem = kill_grace_problem(kill_grace, effective_lease)
     if problem is not None:
         _fail(EXIT_USAGE, f"error: {problem} [lease: {source}]")

@@ -107,6 +107,7 @@ __all__ = [
     "Terminal",
     "TerminationSchedule",
     "Watchdog",
+    "default_kill_grace",
     "kill_grace_problem",
     "run_supervised",
 ]
@@ -119,9 +120,10 @@ machine and signal delivery. leasewatch adds its own grace on top.
 """
 
 DEFAULT_KILL_GRACE = 2.0
-"""Default seconds between SIGTERM and SIGKILL. With the default 10 s lease,
-termination starts 2.5 s before the lease would run out, which a healthy holder
-(at least 6.7 s left at any time) never comes near."""
+"""Default seconds between SIGTERM and SIGKILL (for leases of 5 s and more; see
+:func:`default_kill_grace`). With the default 10 s lease, termination starts 2.5 s
+before the lease would run out, which a healthy holder (at least 6.7 s left at
+any time) never comes near."""
 
 POLL = 0.02
 """How often the supervisor looks at the command, received signals and the lease."""
@@ -156,6 +158,12 @@ class SupervisionError(RuntimeError):
 
 
 # -- settings --------------------------------------------------------------------------------
+
+
+def default_kill_grace(lease: float, margin: float = KILL_MARGIN) -> float:
+    """The kill grace when none is given: :data:`DEFAULT_KILL_GRACE`, or as much as ``lease``
+    allows if it is shorter than 5 s (``lease/2 - margin``; negative when no grace fits)."""
+    return min(DEFAULT_KILL_GRACE, lease / 2 - margin)
 
 
 def kill_grace_problem(kill_grace: float, lease: float, margin: float = KILL_MARGIN) -> str | None:

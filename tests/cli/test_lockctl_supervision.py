@@ -238,7 +238,8 @@ def test_command_is_dead_before_the_next_holder_starts_when_lockctl_loses_the_st
     [
         (["--lease", "3", "--kill-grace", "2"], {}, "--lease 3"),
         (["--kill-grace", "5"], {}, "10 s from CHRONOLOCK_LEASE"),  # the old default, with the default lease
-        ([], {"CHRONOLOCK_LEASE": "4"}, "4 s from CHRONOLOCK_LEASE"),  # the default grace needs a 5 s lease
+        (["--kill-grace", "1.6"], {"CHRONOLOCK_LEASE": "4"}, "4 s from CHRONOLOCK_LEASE"),
+        (["--lease", "0.8"], {}, "at least 1 s"),  # no grace fits: the margin alone is half of it
         (["--kill-grace", "-1"], {}, "--kill-grace"),
         (["--kill-grace", "nan"], {}, "--kill-grace"),
         (["--kill-grace", "inf"], {}, "--kill-grace"),
@@ -255,9 +256,20 @@ def test_kill_grace_that_cannot_beat_the_lease_is_refused(
     assert not ran.exists()
 
 
-def test_kill_grace_at_the_limit_is_accepted(env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "extra_env"),
+    [
+        (["--lease", "5"], {}),  # the default 2 s grace: 2 + 0.5 = 5 / 2, the limit
+        (["--lease", "1.5"], {}),  # a short lease without --kill-grace: the grace shrinks to 0.25 s
+        ([], {"CHRONOLOCK_LEASE": "3"}),
+        (["--lease", "3", "--kill-grace", "1"], {}),
+    ],
+)
+def test_kill_grace_that_fits_the_lease_is_accepted(
+    env: dict[str, str], tmp_path: Path, args: list[str], extra_env: dict[str, str]
+) -> None:
     ran = tmp_path / "ran"
-    result = lockctl(env, "run", "--lease", "5", "job", "--", "touch", str(ran))  # 2 + 0.5 = 5 / 2
+    result = lockctl({**env, **extra_env}, "run", *args, "job", "--", "touch", str(ran))
     assert result.returncode == 0, result.stderr
     assert ran.exists()
 

@@ -21,6 +21,7 @@ from lockclient.supervisor import (
     KILL_MARGIN,
     TerminationSchedule,
     Watchdog,
+    default_kill_grace,
     kill_grace_problem,
 )
 
@@ -186,6 +187,16 @@ def test_kill_grace_must_fit_in_half_the_lease(kill_grace: float, lease: float, 
     if not ok:
         assert "--kill-grace" in problem  # type: ignore[operator]
     assert KILL_MARGIN == 0.5  # the documented constant
+
+
+@pytest.mark.parametrize(("lease", "expected"), [(10.0, 2.0), (5.0, 2.0), (3.0, 1.0), (1.5, 0.25), (1.0, 0.0)])
+def test_default_kill_grace_fits_the_lease(lease: float, expected: float) -> None:
+    assert default_kill_grace(lease) == expected
+    assert kill_grace_problem(default_kill_grace(lease), lease) is None
+
+
+def test_no_default_kill_grace_fits_a_lease_under_a_second() -> None:
+    assert default_kill_grace(0.8) < 0
 
 
 # -- the watchdog alone (the fallback without PR_SET_PDEATHSIG) ---------------------------------
