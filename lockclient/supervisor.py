@@ -88,6 +88,7 @@ import contextlib
 import ctypes
 import math
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -598,6 +599,33 @@ def _signal_name(sig: int) -> str:
         return f"signal {sig}"
 
 
+class _Messages:
+    """lockctl's messages, written by a thread of their own.
+
+    The supervisor loop must never block, on the store or on anything else: stderr
+    may be a pipe whose reader is stuck (a paused log collector), and a blocked
+    write there must not delay a SIGKILL.
+    """
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self._say = say
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="lockctl-messages", daemon=True)
+        self._thread.start()
+
+    def __call__(self, message: str) -> None:
+        self._queue.put(message)
+
+    def close(self, timeout: float = 2.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while (message := self._queue.get()) is not None:
+            with contextlib.suppress(Exception):  # a closed stderr must not end the supervision
+                self._say(message)
+
+
 def run_supervised(
     lock: LeaseView,
     command: Sequence[str],
@@ -621,10 +649,11 @@ def run_supervised(
         raise SupervisionError(f"cannot start the watchdog (/bin/sh): {exc}") from exc
     terminal = Terminal.if_foreground()
     group: CommandGroup | None = None
+    messages = _Messages(say)
     try:
         group = CommandGroup.spawn(command, env, watchdog=watchdog, terminal=terminal)
         schedule = TerminationSchedule(lock, kill_grace, margin=margin)
-        _supervise(group, schedule, received, terminal, watchdog, say)
+        _supervise(group, schedule, received, terminal, watchdog, messages)
         lease_ended = schedule.lease_ended or lock.lost.is_set()
     except BaseException:
         if group is not None:
@@ -639,6 +668,7 @@ def run_supervised(
         # Nothing of the group runs any more (or it never started): the watchdog may go.
         watchdog.disarm()
         watchdog.wait()
+        messages.close()
     # Reap last: until now the zombie kept the pgid reserved for every killpg above.
     return Outcome(group.reap(), lease_ended)
 
@@ -696,10 +726,10 @@ def _supervise(
 
         decision = schedule.poll()
         if decision is not None:
-            say(f"{decision.reason}: sending {_signal_name(decision.signal)} to the command's process group")
             group.signal(decision.signal)
             if decision.signal == signal.SIGTERM:
                 group.signal(signal.SIGCONT)  # a stopped process would not see SIGTERM until continued
+            say(f"{decision.reason}: sent {_signal_name(decision.signal)} to the command's process group")
 
         if not watchdog_reported and not watchdog.alive:
             watchdog_reported = True

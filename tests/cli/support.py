@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lockclient.store import open_store
+
 LOCKCTL = Path(sys.executable).parent / "lockctl"
 HOLD = Path(__file__).with_name("hold.py")
 WITNESS = Path(__file__).with_name("witness.py")
@@ -82,6 +84,21 @@ def can_run(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie (a zombie is dead; PID 1 may reap it late)."""
     stat = proc_stat(pid)
     return stat is not None and stat[0] not in ("Z", "X")
+
+
+def revoke(store_url: str, lock_id: str, owner: str) -> None:
+    """Revoke a lease the way leasewatch does: delete the record if it is still the version seen."""
+    store = open_store(store_url)
+    try:
+        deadline = time.monotonic() + WAIT
+        while True:
+            current = store.read_versioned(lock_id).get(owner)
+            assert current is not None
+            if store.compare_and_set(lock_id, {owner: current}, {owner: None}).applied:
+                return
+            assert time.monotonic() < deadline  # a renewal raced us; read again
+    finally:
+        store.close()
 
 
 class Background:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 from lockclient.settings import ClientSettings, env_names
-from lockclient.store import open_store
 from tests.cli.support import (
     EXIT_BUSY,
     EXIT_LOCK_LOST,
@@ -27,6 +26,7 @@ from tests.cli.support import (
     lockctl,
     pid_alive,
     read_marker,
+    revoke,
     status,
     wait_for,
 )
@@ -160,18 +160,7 @@ def test_lost_lock_terminates_the_command(
     owner = info["CHRONOLOCK_LOCK_OWNER"]
     proc = background.procs[0]
 
-    # Revoke the lease the way leasewatch does: delete the record if it is still the version seen.
-    store = open_store(store_url)
-    try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            current = store.read_versioned("job").get(owner)
-            assert current is not None
-            if store.compare_and_set("job", {owner: current}, {owner: None}).applied:
-                break
-            assert time.monotonic() < deadline  # a renewal raced us; read again
-    finally:
-        store.close()
+    revoke(store_url, "job", owner)
 
     assert proc.wait(timeout=WAIT) == EXIT_LOCK_LOST, background.stderr(proc)
     assert "lost lock 'job'" in background.stderr(proc)

@@ -15,6 +15,7 @@ Synchronisation is by files and polling, never by fixed sleeps; every wait is bo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -22,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ import pytest
 
 from tests.cli.support import (
     EXIT_LOCK_LOST,
+    HOLD,
     LOCKCTL,
     WAIT,
     WITNESS,
@@ -38,7 +41,9 @@ from tests.cli.support import (
     can_run,
     lockctl,
     proc_stat,
+    read_marker,
     read_pid,
+    revoke,
     status,
     wait_for,
 )
@@ -153,9 +158,56 @@ def test_leftovers_in_the_group_are_dead_before_the_lock_is_released(
     stderr = background.stderr(first)
     assert "left 1 process(es)" in stderr
     if leftover == "ignores-term":
-        assert "sending SIGKILL" in stderr
+        assert "sent SIGKILL" in stderr
         assert beats[-1] - terms[0] >= 0.4e9  # it ran on for (about) the 0.5 s grace
     assert_free(env, "job")
+
+
+def test_a_stuck_stderr_does_not_delay_termination(
+    env: dict[str, str], background: Background, tmp_path: Path, store_url: str
+) -> None:
+    """lockctl's stderr is a full pipe nobody reads (a stuck log collector): every write to it
+    blocks. The lock is revoked; the command ignores SIGTERM. It must still be killed on time."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_end, b"x" * 4096)
+    os.set_blocking(write_end, True)  # lockctl's writes now block, as on a real stuck pipe
+    marker, release = tmp_path / "holder.marker", tmp_path / "holder.release"
+    hold = [sys.executable, str(HOLD), str(marker), str(release), "ignore-term"]
+    proc = subprocess.Popen(
+        [str(LOCKCTL), "run", "job", "--lease", "3", "--kill-grace", "0.5", "--", *hold],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=write_end,
+    )
+    os.close(write_end)
+    drained: list[bytes] = []
+    drain = threading.Thread(target=lambda: drained.extend(iter(lambda: os.read(read_end, 65536), b"")))
+    try:
+        info = read_marker(marker)
+        background.pids.append(info["pid"])
+        revoke(store_url, "job", info["CHRONOLOCK_LOCK_OWNER"])
+        revoked = time.monotonic()
+        # lockctl learns of the revocation at its next renewal (every lease/3 = 1 s), then SIGTERM,
+        # then SIGKILL 0.5 s later — while every message it tries to write is stuck.
+        wait_for(lambda: not can_run(info["pid"]), "the command to be killed", timeout=10.0)
+        assert time.monotonic() - revoked < 5.0
+        assert marker.with_name(marker.name + ".term").exists()
+        assert proc.poll() is None  # lockctl itself is still stuck writing its messages
+    finally:
+        drain.start()
+        try:
+            proc.wait(timeout=WAIT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=WAIT)
+            drain.join(timeout=WAIT)
+            os.close(read_end)
+    assert proc.returncode == EXIT_LOCK_LOST
+    assert b"sent SIGKILL" in b"".join(drained)
 
 
 # -- lockctl cut off from the store --------------------------------------------------------------
