@@ -34,26 +34,29 @@ termination schedule below, and the clean-up of leftovers.
   SIGKILL to the whole group. It ignores SIGINT/SIGTERM/SIGHUP and lives in its
   own session, so a signal aimed at lockctl's job (``kill -9 %1``, a terminal
   hang-up) cannot take it down with lockctl. This is also the fallback where
-  ``prctl`` is unavailable (not Linux, or the call fails): the watchdog alone
-  still kills the group, and since the child itself holds a copy of the write
-  end until its exec, even a lockctl that dies mid-spawn cannot slip a command
-  past it.
+  ``prctl`` is unavailable (not Linux, or no ``prctl`` in the C library): the
+  watchdog alone still kills the group, and since the child itself holds a copy
+  of the write end until its exec, even a lockctl that dies mid-spawn cannot slip
+  a command past it. (A ``prctl`` that exists but fails is an error: the command
+  is not started.)
 
-**The lease runs out → the group is dead before anyone else can be granted
-the lock.** leasewatch revokes a lease no earlier than ``valid_until + grace``,
-where ``valid_until`` is the start of the holder's last successful renewal plus
-the lease (DESIGN.md §6). :class:`TerminationSchedule` therefore sends SIGTERM
-at ``valid_until - kill_grace - KILL_MARGIN`` and SIGKILL at
+**The lease runs out → the group is dead before anyone else can be granted the
+lock.** leasewatch revokes a lease no earlier than ``valid_until + grace``,
+where ``valid_until`` is the start of the holder's last successful renewal
+plus the lease (DESIGN.md §6). :class:`TerminationSchedule` therefore sends
+SIGTERM at ``valid_until - kill_grace - KILL_MARGIN`` and SIGKILL at
 ``valid_until - KILL_MARGIN`` at the latest, judged on lockctl's monotonic
 clock each poll, independently of any store call (a hung renewal changes
-nothing). A renewal that succeeds in time moves ``valid_until`` and nothing
-happens. ``KILL_MARGIN`` covers the supervisor's poll interval and signal
-delivery. Renewals run every lease/3, so a healthy holder keeps at least 2/3
-of a lease; :func:`kill_grace_problem` refuses settings where termination
-could start while renewals are healthy (``kill_grace + KILL_MARGIN`` must be
-at most half the lease, leaving lease/6 for a slow renewal). A lost lock
-(revoked, or its expiry detected by the lock library) starts the same
-termination at once: SIGTERM, SIGKILL after ``kill_grace``.
+nothing) and of stderr (messages are written by a thread of their own, after
+the signal is sent: a stuck log pipe cannot delay a SIGKILL). A renewal that
+succeeds in time moves ``valid_until`` and nothing happens. ``KILL_MARGIN``
+covers the supervisor's poll interval and signal delivery. Renewals run every
+lease/3, so a healthy holder keeps at least 2/3 of a lease;
+:func:`kill_grace_problem` refuses settings where termination could start
+while renewals are healthy (``kill_grace + KILL_MARGIN`` must be at most half
+the lease, leaving lease/6 for a slow renewal). A lost lock (revoked, or its
+expiry detected by the lock library) starts the same termination at once:
+SIGTERM, SIGKILL after ``kill_grace``.
 
 **Leftovers are gone before the release.** When the command's first process
 exits, lockctl sees it with ``waitid(WEXITED | WNOWAIT)``: the zombie stays
