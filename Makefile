@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests use: libfaketime (skewed clocks), a Java runtime (the local
-# Cassandra 1.2 node), chromium (the leasewatch page test).
-DEBIAN_PACKAGES := faketime libfaketime chromium
+# Cassandra 1.2 node), chromium (the leasewatch page test), libfiu's fiu-utils (I/O faults
+# injected into one live lockctl process).
+DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils
 
 .PHONY: up test lint install system-deps bench clean
 

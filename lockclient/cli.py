@@ -1,23 +1,52 @@
 """``lockctl``: run a command under a lock, inspect a lock, create the store schema.
 
 ``lockctl run NAME -- CMD...`` works like ``flock(1)`` or ``etcdctl lock``: it takes
-the lock (first come, first served), runs CMD as a child process with
-``CHRONOLOCK_LOCK_ID``, ``CHRONOLOCK_FENCING_TOKEN`` and ``CHRONOLOCK_LOCK_OWNER``
-added to its environment, and releases the lock when CMD ends.
+the lock (first come, first served), runs CMD with ``CHRONOLOCK_LOCK_ID``,
+``CHRONOLOCK_FENCING_TOKEN`` and ``CHRONOLOCK_LOCK_OWNER`` added to its environment,
+and releases the lock when CMD ends.
+
+Unlike flock's lock, a lease-based lock lives in the process that renews it, so
+lockctl supervises CMD (:mod:`lockclient.supervisor` has the details and the
+reasoning) so that no process of CMD's process group runs without the lock:
+
+* CMD runs as the leader of its own process group; signals lockctl receives
+  (SIGINT, SIGTERM, SIGHUP) are forwarded to that group, and when lockctl runs
+  in the foreground of a terminal the terminal is lent to the group, as a shell
+  does, so CMD can read it and Ctrl-C reaches CMD.
+* If lockctl dies (SIGKILL, the OOM killer), the group is SIGKILLed at once:
+  ``PR_SET_PDEATHSIG`` on CMD (Linux) plus a watchdog process that kills the
+  whole group when lockctl's end of a pipe closes. Where ``prctl`` is not
+  available the watchdog alone does it.
+* When CMD exits, processes it left in its group get SIGTERM, then SIGKILL after
+  ``--kill-grace``, *before* the lock is released.
+* If the lease is not renewed (lockctl cut off from the store), the group gets
+  SIGTERM when ``kill_grace + KILL_MARGIN`` (0.5 s) of the lease are left and
+  SIGKILL ``KILL_MARGIN`` before the lease runs out — before leasewatch can
+  revoke it and grant the lock to anyone else. A lost lock starts the same at once.
+  ``--kill-grace`` + 0.5 s must therefore be at most half the lease; the default
+  grace is 2 s, or lease/2 - 0.5 s for leases under 5 s.
+
+Not covered: a *paused* lockctl (SIGSTOP, a frozen VM) — only the fencing token,
+passed by CMD to the resource it protects, guards against it; processes that leave
+CMD's process group (``setsid``, daemons).
 
 Exit status of ``lockctl run``:
 
 ====  ==========================================================================
  N    CMD's own exit status (a CMD killed by signal N gives 128+N, like a shell)
- 2    bad usage: invalid lock id, bad ``--timeout`` / ``--lease`` / ``--kill-grace``
+ 2    bad usage: invalid lock id, bad ``--timeout`` / ``--lease`` / ``--kill-grace``,
+      ``--kill-grace`` too long for the lease (``kill_grace + 0.5 > lease / 2``), or
+      a lease under 1 s
  69   the store (or timesvc) is unavailable (EX_UNAVAILABLE)
- 70   the lock was lost while CMD ran; CMD was terminated (SIGTERM, then SIGKILL
-      after ``--kill-grace`` seconds)
+ 70   the lock was lost, or was about to run out, while CMD (or a process it left
+      in its group) ran; they were terminated (SIGTERM, then SIGKILL after
+      ``--kill-grace`` or just before the lease would run out, whichever is first)
  75   the lock is busy (``--try``) or ``--timeout`` ran out (EX_TEMPFAIL)
  78   bad ``CHRONOLOCK_*`` settings (EX_CONFIG)
- 126  CMD could not be executed; 127: CMD was not found
+ 126  CMD could not be executed, or lockctl could not set up its supervision;
+      127: CMD was not found
  128+N  lockctl received signal N (SIGINT, SIGTERM, SIGHUP): it forwarded the
-      signal to CMD, waited for CMD to end and released the lock
+      signal to CMD's process group, waited for CMD to end and released the lock
 ====  ==========================================================================
 
 lockctl writes nothing to stdout while it runs a command (stdout belongs to the
@@ -57,6 +86,14 @@ from lockclient.errors import (
 from lockclient.lockid import validate_lock_id
 from lockclient.logs import configure_logging
 from lockclient.settings import ClientSettings, settings_help
+from lockclient.supervisor import (
+    DEFAULT_KILL_GRACE,
+    KILL_MARGIN,
+    SupervisionError,
+    default_kill_grace,
+    kill_grace_problem,
+    run_supervised,
+)
 
 if TYPE_CHECKING:
     from lockclient.locker import LockStatus, RemoteLock, RemoteLocker
@@ -82,7 +119,6 @@ EXIT_CANNOT_EXECUTE = 126
 EXIT_NOT_FOUND = 127
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_POLL = 0.05  # how often the supervisor looks at the child, signals and the lost event
 
 # Escaped: typer renders help as rich markup, which would eat the "[default: ...]" of each line.
 _EPILOG = escape(settings_help(ClientSettings)).replace("\n", "\n\n")
@@ -192,27 +228,6 @@ class _SignalTrap:
         return self.received[0] if self.received else None
 
 
-def _terminal_sent_it_to_the_child_too(sig: int) -> bool:
-    """True when ``sig`` is SIGINT and lockctl runs in the foreground of its terminal.
-
-    Ctrl-C makes the terminal send SIGINT to the whole foreground process group, which
-    includes the child (it shares our group so that it can use the terminal). Forwarding
-    it as well would deliver it twice.
-    """
-    if sig != signal.SIGINT:
-        return False
-    try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-    except OSError:
-        return False  # no controlling terminal: nobody else sent it to the child
-    try:
-        return os.tcgetpgrp(fd) == os.getpgrp()
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def _signal_name(sig: int) -> str:
     try:
         return signal.Signals(sig).name
@@ -245,9 +260,18 @@ def run(
         typer.Option("--lease", help="Lease length in seconds (default: CHRONOLOCK_LEASE)."),
     ] = None,
     kill_grace: Annotated[
-        float,
-        typer.Option("--kill-grace", help="If the lock is lost: seconds between SIGTERM and SIGKILL to the command."),
-    ] = 5.0,
+        float | None,
+        typer.Option(
+            "--kill-grace",
+            help=(
+                "Seconds between SIGTERM and SIGKILL when the command's process group must stop (lock lost, "
+                f"lease running out, leftovers after the command exits). kill-grace + {KILL_MARGIN:g} s must be "
+                f"at most half the lease. Default: {DEFAULT_KILL_GRACE:g} s, or lease/2 - {KILL_MARGIN:g} s "
+                "for leases under 5 s."
+            ),
+            show_default=False,
+        ),
+    ] = None,
     verbose: Verbose = 0,
     log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
@@ -255,12 +279,17 @@ def run(
 
     COMMAND gets CHRONOLOCK_LOCK_ID, CHRONOLOCK_FENCING_TOKEN and CHRONOLOCK_LOCK_OWNER in its environment.
 
+    COMMAND runs in its own process group. If lockctl dies, the group is killed at once; when COMMAND
+    exits, processes it left in the group are terminated before the lock is released; if the lease is
+    not renewed, the group is terminated before the lease can run out. A paused lockctl is covered only
+    by the fencing token, and processes that leave the group (setsid, daemons) are not covered.
+
     Exit status: COMMAND's own (128+N if killed by signal N);
     75 lock busy (--try) or --timeout ran out;
-    70 lock lost while COMMAND ran (COMMAND was terminated);
-    69 store unavailable; 2 bad usage; 78 bad CHRONOLOCK_* settings;
+    70 lock lost or lease running out while COMMAND ran (COMMAND was terminated);
+    69 store unavailable; 2 bad usage (also --kill-grace too long for the lease); 78 bad CHRONOLOCK_* settings;
     126/127 COMMAND not executable/not found;
-    128+N lockctl received signal N (forwarded to COMMAND, lock released).
+    128+N lockctl received signal N (forwarded to COMMAND's process group, lock released).
     """
     _setup_logging(verbose, log_format)
     with _clear_errors():
@@ -270,12 +299,33 @@ def run(
     if lease is not None and not math.isfinite(lease):
         _fail(EXIT_USAGE, f"error: --lease must be a finite number of seconds, got {lease}")
     _check_seconds("--kill-grace", kill_grace)
+    if kill_grace is not None and not math.isfinite(kill_grace):
+        _fail(EXIT_USAGE, f"error: --kill-grace must be a finite number of seconds, got {kill_grace}")
     if try_ and timeout is not None:
         _fail(EXIT_USAGE, "error: --try and --timeout exclude each other (--try never waits)")
     if not command:
         _fail(EXIT_USAGE, "error: no command given: lockctl run NAME -- COMMAND [ARGS]...")
 
     from lockclient.locker import RemoteLocker
+
+    if lease is None:
+        with _clear_errors():
+            effective_lease = ClientSettings().lease
+        source = f"{effective_lease:g} s from CHRONOLOCK_LEASE"
+    else:
+        effective_lease, source = lease, f"--lease {lease:g}"
+    if kill_grace is None:
+        kill_grace = default_kill_grace(effective_lease)
+        if kill_grace < 0:
+            _fail(
+                EXIT_USAGE,
+                f"error: a {effective_lease:g} s lease is too short for lockctl run: the command must be dead "
+                f"{KILL_MARGIN:g} s before the lease can run out and termination may start only when less than "
+                f"half of the lease is left, so the lease must be at least {2 * KILL_MARGIN:g} s [lease: {source}]",
+            )
+    problem = kill_grace_problem(kill_grace, effective_lease)
+    if problem is not None:
+        _fail(EXIT_USAGE, f"error: {problem} [lease: {source}]")
 
     overrides: dict[str, Any] = {} if lease is None else {"lease": lease}
     with _SignalTrap() as trap:
@@ -318,16 +368,19 @@ def _run_locked(
             return 128 + trap.first
         return _supervise(lock, command, trap, kill_grace)
     finally:
-        try:
-            lock.release()
-        except StoreError as exc:
-            _say(f"warning: could not release lock {name!r} ({exc}); it expires after its lease")
+        lock.release()  # never raises for the store: a release it could not finish goes on in the background
+        if lock.cleanup_pending:
+            _say(
+                f"warning: the store did not answer the release of lock {name!r}; retrying for a few seconds "
+                "before exiting (if that fails too, leasewatch clears it after the lease)"
+            )
 
 
 def _supervise(lock: RemoteLock, command: list[str], trap: _SignalTrap, kill_grace: float) -> int:
-    """Run the child, forward signals, stop it if the lock is lost; return lockctl's exit status."""
-    if lock.lost.is_set():
-        _say(f"lost lock {lock.lock_id!r} before the command started ({lock.lost_reason}); not running it")
+    """Run the command under supervision (lockclient.supervisor); return lockctl's exit status."""
+    refusal = _why_not_start(lock, kill_grace)
+    if refusal is not None:
+        _say(refusal)
         return EXIT_LOCK_LOST
     env = dict(os.environ)
     env.update(
@@ -335,66 +388,48 @@ def _supervise(lock: RemoteLock, command: list[str], trap: _SignalTrap, kill_gra
         CHRONOLOCK_FENCING_TOKEN=str(lock.fencing_token),
         CHRONOLOCK_LOCK_OWNER=lock.owner,
     )
-    try:
-        child = subprocess.Popen(command, env=env)
-    except FileNotFoundError:
-        _say(f"{command[0]}: command not found")
-        return EXIT_NOT_FOUND
-    except OSError as exc:
-        _say(f"{command[0]}: cannot execute: {exc.strerror or exc}")
-        return EXIT_CANNOT_EXECUTE
 
-    forwarded = 0
-    lost_at: float | None = None
-    killed = False
-    try:
-        while True:
-            try:
-                returncode = child.wait(timeout=_POLL)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            while forwarded < len(trap.received):
-                sig = trap.received[forwarded]
-                forwarded += 1
-                if not _terminal_sent_it_to_the_child_too(sig):
-                    _send(child, sig)
-            if lost_at is None and lock.lost.is_set():
-                _say(
-                    f"lost lock {lock.lock_id!r} while the command ran ({lock.lost_reason}); "
-                    f"terminating it (SIGKILL in {kill_grace:g} s)"
-                )
-                _send(child, signal.SIGTERM)
-                lost_at = time.monotonic()
-            if lost_at is not None and not killed and time.monotonic() - lost_at >= kill_grace:
-                _say("the command did not stop after SIGTERM; sending SIGKILL")
-                _send(child, signal.SIGKILL)
-                killed = True
-    finally:
-        if child.poll() is None:  # lockctl itself failed: never leave the command running unlocked
-            _send(child, signal.SIGTERM)
-            try:
-                child.wait(timeout=kill_grace)
-            except subprocess.TimeoutExpired:
-                _send(child, signal.SIGKILL)
-                child.wait()
+    def say(message: str) -> None:
+        _say(f"lock {lock.lock_id!r}: {message}")
 
-    status = 128 - returncode if returncode < 0 else returncode
-    if lock.lost.is_set():
-        if lost_at is None:
-            _say(
-                f"lost lock {lock.lock_id!r} while the command ran ({lock.lost_reason}); "
-                f"the command ended with status {status}"
-            )
+    try:
+        outcome = run_supervised(lock, command, env, kill_grace=kill_grace, received=trap.received, say=say)
+    except (SupervisionError, subprocess.SubprocessError, OSError) as exc:
+        code, message = _start_failure(command[0], exc)
+        _say(message)
+        return code
+    if outcome.lease_ended:
+        _say(
+            f"lost lock {lock.lock_id!r} (or its lease was about to run out) while the command ran "
+            f"({lock.lost_reason or 'not renewed in time'}); the command ended with status {outcome.status}"
+        )
         return EXIT_LOCK_LOST
     if trap.first is not None:
         return 128 + trap.first
-    return status
+    return outcome.status
 
 
-def _send(child: subprocess.Popen[bytes], sig: int) -> None:
-    """Signal the child unless it has been reaped (send_signal ignores a child that just exited)."""
-    child.send_signal(sig)
+def _why_not_start(lock: RemoteLock, kill_grace: float) -> str | None:
+    if lock.lost.is_set():
+        return f"lost lock {lock.lock_id!r} before the command started ({lock.lost_reason}); not running it"
+    left = lock.valid_until - time.monotonic()
+    if left <= kill_grace + KILL_MARGIN:
+        # Only when the store is failing: the command would be terminated as soon as it started.
+        return (
+            f"the lease of lock {lock.lock_id!r} runs out in {max(left, 0):.2f} s and was not renewed; "
+            "not running the command"
+        )
+    return None
+
+
+def _start_failure(program: str, exc: Exception) -> tuple[int, str]:
+    if isinstance(exc, SupervisionError):
+        return EXIT_CANNOT_EXECUTE, f"not running {program}: {exc}"
+    if isinstance(exc, FileNotFoundError):
+        return EXIT_NOT_FOUND, f"{program}: command not found"
+    if isinstance(exc, OSError):
+        return EXIT_CANNOT_EXECUTE, f"{program}: cannot execute: {exc.strerror or exc}"
+    return EXIT_CANNOT_EXECUTE, f"{program}: cannot start it under supervision: {exc}"
 
 
 # -- status ---------------------------------------------------------------------------------

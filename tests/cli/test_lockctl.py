@@ -7,131 +7,32 @@ for a release file) and by polling ``lockctl status``; never by fixed sleeps.
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from lockclient.lease import HOLDER_COLUMN
 from lockclient.settings import ClientSettings, env_names
-from lockclient.store import open_store
+from tests.cli.support import (
+    EXIT_BUSY,
+    EXIT_LOCK_LOST,
+    EXIT_UNAVAILABLE,
+    WAIT,
+    Background,
+    assert_free,
+    lockctl,
+    pid_alive,
+    read_marker,
+    revoke,
+    status,
+    wait_for,
+)
 
 if TYPE_CHECKING:
     from tests.support.cassandra_node import LocalCassandraNode
-
-LOCKCTL = Path(sys.executable).parent / "lockctl"
-HOLD = Path(__file__).with_name("hold.py")
-WAIT = 30.0  # bound on every wait for a process or a condition
-
-EXIT_LOCK_LOST = 70
-EXIT_BUSY = 75
-EXIT_UNAVAILABLE = 69
-
-
-@pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'cells.db'}"
-
-
-@pytest.fixture
-def env(store_url: str) -> dict[str, str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("CHRONOLOCK_")}
-    environment["CHRONOLOCK_STORE_URL"] = store_url
-    environment["COLUMNS"] = "200"  # help text and tables on one line each
-    return environment
-
-
-def lockctl(env: dict[str, str], *args: str, timeout: float = WAIT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(LOCKCTL), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def status(env: dict[str, str], name: str) -> dict[str, Any]:
-    result = lockctl(env, "status", name, "--json")
-    assert result.returncode == 0, result.stderr
-    data: dict[str, Any] = json.loads(result.stdout)
-    return data
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-def assert_free(env: dict[str, str], name: str) -> None:
-    data = status(env, name)
-    assert data["holders"] == []
-    assert data["queue"] == []
-    assert data["leases"] == []
-    assert data["held"] is False
-
-
-class Background:
-    """``lockctl`` processes started in the background by one test; stopped by PID at the end."""
-
-    def __init__(self, env: dict[str, str], workdir: Path) -> None:
-        self.env = env
-        self.workdir = workdir
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
-        log = (self.workdir / f"lockctl-{len(self.procs)}.err").open("wb")
-        proc = subprocess.Popen([str(LOCKCTL), *args], env=self.env, stdout=subprocess.DEVNULL, stderr=log)
-        log.close()
-        self.procs.append(proc)
-        return proc
-
-    def stderr(self, proc: subprocess.Popen[bytes]) -> str:
-        return (self.workdir / f"lockctl-{self.procs.index(proc)}.err").read_text(errors="replace")
-
-    def hold(self, name: str, tag: str, *options: str, mode: str = "exit-on-term") -> tuple[Path, Path]:
-        """Start ``lockctl run NAME -- hold.py``; return (marker, release) paths."""
-        marker, release = self.workdir / f"{tag}.marker", self.workdir / f"{tag}.release"
-        self.start("run", name, *options, "--", sys.executable, str(HOLD), str(marker), str(release), mode)
-        return marker, release
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # lockctl forwards it to the command and releases
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=10)
-
-
-@pytest.fixture
-def background(env: dict[str, str], tmp_path: Path) -> Iterator[Background]:
-    started = Background(env, tmp_path)
-    try:
-        yield started
-    finally:
-        started.stop_all()
-
-
-def read_marker(marker: Path) -> dict[str, Any]:
-    wait_for(marker.exists, f"{marker.name} (the command under the lock started)")
-    data: dict[str, Any] = json.loads(marker.read_text())
-    return data
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
 
 # -- run -------------------------------------------------------------------------------------
 
@@ -254,23 +155,12 @@ def test_signal_while_waiting_withdraws_from_the_queue(env: dict[str, str], back
 def test_lost_lock_terminates_the_command(
     env: dict[str, str], background: Background, store_url: str, mode: str
 ) -> None:
-    marker, _ = background.hold("job", "holder", "--lease", "1", "--kill-grace", "0.5", mode=mode)
+    marker, _ = background.hold("job", "holder", "--lease", "3", "--kill-grace", "0.5", mode=mode)
     info = read_marker(marker)
     owner = info["CHRONOLOCK_LOCK_OWNER"]
     proc = background.procs[0]
 
-    # Revoke the lease the way leasewatch does: delete the record if it is still the version seen.
-    store = open_store(store_url)
-    try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            current = store.read_versioned("job").get(HOLDER_COLUMN)
-            assert current is not None and owner in current
-            if store.compare_and_set("job", {HOLDER_COLUMN: current}, {HOLDER_COLUMN: None}).applied:
-                break
-            assert time.monotonic() < deadline  # a renewal raced us; read again
-    finally:
-        store.close()
+    revoke(store_url, "job", owner)
 
     assert proc.wait(timeout=WAIT) == EXIT_LOCK_LOST, background.stderr(proc)
     assert "lost lock 'job'" in background.stderr(proc)

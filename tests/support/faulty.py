@@ -90,9 +90,7 @@ class FaultyStore(CellStore):
     def url(self) -> str:
         return self.inner.url
 
-    def put(
-        self, table: Table, row: str, column: str, value: str, *, timestamp: int, ttl: float | None = None
-    ) -> None:
+    def put(self, table: Table, row: str, column: str, value: str, *, timestamp: int, ttl: float | None = None) -> None:
         self._call("put", self.inner.put, table, row, column, value, timestamp=timestamp, ttl=ttl)
 
     def put_cells(
