@@ -284,8 +284,8 @@ class GlobalTimeUpdater:
                 self.last_publisher = reading.publisher
             if candidate is None and read is None:
                 raise GlobalTimeNotEstablished(
-                    f"no global time yet: the store holds none and only {agreeing} of the {self._majority} "
-                    f"replicas needed (TIMESVC_REPLICAS={2 * self._majority - 1}) agree on a clock"
+                    f"no global time yet: the store holds none, and the first value needs a majority of the "
+                    f"configured replicas ({self._majority}) to agree on a clock; {agreeing} do"
                 )
             now = max(x for x in (read, candidate) if x is not None)
             # `now` is persisted; anchor the estimate at read completion (conservative:
@@ -319,7 +319,9 @@ class GlobalTimeUpdater:
                 continue  # not changed for a while: that replica is not running
             estimate = wall + (now_ns - first_seen) // 1_000
             offsets[peer.replica] = estimate - local
-            if abs(estimate - local) <= self._max_skew_us and not peer.runaway:
+            # Whether the peer called itself runaway does not matter: after a full outage every
+            # healthy replica is "runaway" against the stale value. Agreement is what counts.
+            if abs(estimate - local) <= self._max_skew_us:
                 clocks.append(estimate)
         self.peer_offsets_us = offsets
         return clocks

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 
 import pytest
 
 from lockclient import CellStore, open_store
-from lockclient.globaltime import GlobalTimeUpdater, read_global_time
+from lockclient.globaltime import GlobalTimeNotEstablished, GlobalTimeUpdater, UpdateResult, read_global_time
 from timesvc.coalesce import Coalescer
 
 S = 1_000_000  # µs
@@ -38,15 +39,41 @@ def store(sqlite_url: str) -> Iterator[CellStore]:
         yield s
 
 
-def updater(store: CellStore, clocks: Clocks, name: str) -> GlobalTimeUpdater:
+def updater(store: CellStore, clocks: Clocks, name: str, replicas: int = 3) -> GlobalTimeUpdater:
     return GlobalTimeUpdater(
-        store, replica_id=name, max_skew=1.0, stale_after=2.0, wall_us=clocks.wall_us, monotonic_ns=clocks.monotonic_ns
+        store,
+        replica_id=name,
+        max_skew=1.0,
+        replicas=replicas,
+        stale_after=2.0,
+        wall_us=clocks.wall_us,
+        monotonic_ns=clocks.monotonic_ns,
     )
+
+
+def tick(*pairs: tuple[GlobalTimeUpdater, Clocks], seconds: float = 0.5) -> list[UpdateResult]:
+    """One scheduled tick of each replica (clock readings published), then time passes."""
+    results = [u.update(report_clock=True) for u, _ in pairs]
+    for _, c in pairs:
+        c.advance(seconds)
+    return results
+
+
+def establish(*pairs: tuple[GlobalTimeUpdater, Clocks]) -> None:
+    """Tick until global time exists (the first value needs a majority of agreeing clocks)."""
+    for _ in range(3):
+        for u, c in pairs:
+            with contextlib.suppress(GlobalTimeNotEstablished):
+                u.update(report_clock=True)
+            c.advance(0.1)
+        if read_global_time(pairs[0][0]._store) is not None:
+            return
+    raise AssertionError("global time was never established")
 
 
 def test_cell_value_is_its_timestamp_and_never_decreases(store: CellStore) -> None:
     a_clock, b_clock = Clocks(1_000 * S), Clocks(900 * S)
-    a, b = updater(store, a_clock, "a"), updater(store, b_clock, "b")
+    a, b = updater(store, a_clock, "a", replicas=1), updater(store, b_clock, "b", replicas=1)
     first = a.update().now_us
     assert first == 1_000 * S
     reading = read_global_time(store)
@@ -57,24 +84,34 @@ def test_cell_value_is_its_timestamp_and_never_decreases(store: CellStore) -> No
 
 
 def test_runaway_clock_among_live_replicas_is_guarded(store: CellStore) -> None:
-    healthy_clock, fast_clock = Clocks(1_000 * S), Clocks(1_600 * S)
-    healthy = updater(store, healthy_clock, "healthy")
-    fast = updater(store, fast_clock, "fast")
-    healthy.update()
+    h1, h2, fast = Clocks(1_000 * S), Clocks(1_000 * S), Clocks(1_600 * S)
+    a, b, f = updater(store, h1, "h1"), updater(store, h2, "h2"), updater(store, fast, "fast")
+    establish((a, h1), (b, h2))
     for _ in range(20):
-        healthy_clock.advance(0.5)
-        fast_clock.advance(0.5)
-        healthy.update()
-        result = fast.update()
+        _, _, result = tick((a, h1), (b, h2), (f, fast))
         assert result.runaway
-        assert result.now_us <= healthy_clock.wall + 1 * S, "the fast clock leaked into global time"
-    assert fast.runaway and not healthy.runaway
+        assert result.now_us <= h1.wall + 1 * S, "the fast clock leaked into global time"
+    assert f.runaway and not a.runaway and not b.runaway
+
+
+def test_first_value_needs_a_majority_so_a_runaway_starting_first_cannot_set_it(store: CellStore) -> None:
+    fast, h1, h2 = Clocks(1_600 * S), Clocks(1_000 * S), Clocks(1_000 * S)
+    f = updater(store, fast, "fast")
+    for _ in range(10):  # alone on an empty store: never publishes its clock
+        with pytest.raises(GlobalTimeNotEstablished, match="majority"):
+            f.update(report_clock=True)
+        fast.advance(0.5)
+    assert read_global_time(store) is None
+    a, b = updater(store, h1, "h1"), updater(store, h2, "h2")
+    establish((a, h1), (b, h2), (f, fast))
+    reading = read_global_time(store)
+    assert reading is not None and reading.value_us <= h1.wall + 1 * S
 
 
 def test_no_freeze_after_the_fast_replica_dies(store: CellStore) -> None:
     fast_clock, slow_clock = Clocks(1_600 * S), Clocks(1_000 * S)
-    fast, slow = updater(store, fast_clock, "fast"), updater(store, slow_clock, "slow")
-    fast.update()  # alone: publishes its clock, 600 s ahead
+    fast, slow = updater(store, fast_clock, "fast", replicas=1), updater(store, slow_clock, "slow", replicas=1)
+    fast.update()  # alone (one configured replica): publishes its clock, 600 s ahead
     slow_clock.advance(0.1)
     before = slow.update().now_us
     assert before >= 1_600 * S
@@ -83,18 +120,57 @@ def test_no_freeze_after_the_fast_replica_dies(store: CellStore) -> None:
     assert after - before >= 10 * S * 0.99, "global time froze (the thesis' 10-minute freeze)"
 
 
-def test_stale_global_time_after_everyone_was_down_is_adopted_after_watching(store: CellStore) -> None:
+@pytest.mark.parametrize("pause", [2.0, 10.0, 60.0])
+def test_a_runaway_replica_cannot_adopt_its_clock_while_the_healthy_ones_are_paused(
+    store: CellStore, pause: float
+) -> None:
+    """Finding 8: with the old rule, a replica 600 s ahead adopted its own clock once it had seen
+    no trusted publisher for 4 ticks — pausing the healthy replicas for ~2 s moved global time
+    600 s ahead for good. Now only a majority of agreeing clocks may be adopted."""
+    h1, h2, fast = Clocks(1_000 * S), Clocks(1_000 * S), Clocks(1_600 * S)
+    a, b, f = updater(store, h1, "h1"), updater(store, h2, "h2"), updater(store, fast, "fast")
+    establish((a, h1), (b, h2))
+    for _ in range(4):
+        tick((a, h1), (b, h2), (f, fast))
+    # The healthy replicas are paused (SIGSTOP, a partition from the store): they do not tick,
+    # but real time passes on every machine.
+    for _ in range(int(pause / 0.5)):
+        result = f.update(report_clock=True)
+        assert result.runaway
+        assert result.now_us - fast.wall < -599 * S  # still far behind the runaway clock
+        assert result.now_us <= h1.wall + 1 * S, "global time jumped ahead of wall time"
+        for c in (h1, h2, fast):
+            c.advance(0.5)
+    # They come back: global time went on at real rate meanwhile (observed + elapsed) and the
+    # healthy replicas' clocks are within max_skew of it again.
+    for _ in range(4):
+        results = tick((a, h1), (b, h2), (f, fast))
+        assert all(r.now_us <= h1.wall + 1 * S for r in results)
+    assert not a.runaway and not b.runaway and f.runaway
+    reading = read_global_time(store)
+    assert reading is not None and abs(reading.value_us - h1.wall) <= 1 * S
+
+
+def test_stale_global_time_after_a_full_outage_is_adopted_by_a_majority(store: CellStore) -> None:
     old = Clocks(1_000 * S)
-    updater(store, old, "old").update()  # last value before a full outage
-    a_clock, b_clock = Clocks(5_000 * S), Clocks(5_000 * S)
+    updater(store, old, "old", replicas=1).update()  # the last value before a full outage
+    a_clock, b_clock, c_clock = Clocks(5_000 * S), Clocks(5_000 * S), Clocks(5_000 * S)
     a, b = updater(store, a_clock, "a"), updater(store, b_clock, "b")
-    assert a.update().runaway and b.update().runaway  # 4000 s ahead of what they observe
-    for _ in range(5):  # both publish guarded estimates; neither counts as evidence for the other
-        a_clock.advance(0.5)
-        b_clock.advance(0.5)
-        ra, rb = a.update(), b.update()
-    assert not ra.runaway and not rb.runaway
-    assert rb.now_us >= 5_000 * S, "after watching, a replica with nobody to contradict it adopts its clock"
+    first = a.update(report_clock=True)
+    assert first.runaway  # 4000 s ahead of what it observes, and alone: not adopted
+    a_clock.advance(0.5)
+    b_clock.advance(0.5)
+    results = tick((a, a_clock), (b, b_clock))  # b sees a's reading: 2 of 3 agree
+    results += tick((a, a_clock), (b, b_clock))
+    assert not results[-1].runaway and not results[-2].runaway
+    assert results[-1].now_us >= 5_000 * S, "a majority of healthy clocks recovers from stale global time"
+    # A third replica that is 600 s ahead of them stays guarded.
+    c_clock.wall = a_clock.wall + 600 * S
+    c = updater(store, c_clock, "c")
+    for _ in range(6):
+        assert tick((a, a_clock), (b, b_clock), (c, c_clock))[2].runaway
+    reading = read_global_time(store)
+    assert reading is not None and reading.value_us <= a_clock.wall + 1 * S
 
 
 def test_coalescer_never_serves_a_caller_with_a_round_trip_that_started_before_it() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 import time
 from pathlib import Path
 
@@ -82,10 +83,10 @@ def test_now_advances_with_real_time_at_microsecond_resolution(processes: Fleet,
 
 
 def test_runaway_replica_never_drags_now_ahead_and_reports_not_ready(processes: Fleet, sqlite_url: str) -> None:
-    healthy = [processes.timesvc(sqlite_url, name=f"ok{i}") for i in range(2)]
+    healthy = [processes.timesvc(sqlite_url, name=f"ok{i}", replicas=3, wait=False) for i in range(2)]
     for r in healthy:
         r.wait_ready()
-    fast = processes.timesvc(sqlite_url, name="fast", skew="+600s")
+    fast = processes.timesvc(sqlite_url, name="fast", skew="+600s", replicas=3)
     deadline = time.monotonic() + 6
     with httpx.Client(timeout=5) as client:
         while time.monotonic() < deadline:
@@ -105,9 +106,43 @@ def test_runaway_replica_never_drags_now_ahead_and_reports_not_ready(processes: 
         assert "timesvc_runaway 1.0" in metrics
 
 
+def test_pausing_the_healthy_replicas_never_lets_a_runaway_take_over(processes: Fleet, sqlite_url: str) -> None:
+    """Finding 8 with real processes: the healthy replicas are SIGSTOPped for 3 s (more than
+    the old rule's 4 ticks) while a replica 600 s ahead keeps serving; /now from it must never
+    move more than max_skew ahead of wall time, before, during or after."""
+    healthy = [processes.timesvc(sqlite_url, name=f"ok{i}", replicas=3, wait=False) for i in range(2)]
+    for r in healthy:
+        r.wait_ready()
+    fast = processes.timesvc(sqlite_url, name="fast", skew="+600s", replicas=3)
+    with httpx.Client(timeout=5) as client:
+
+        def check_for(seconds: float) -> int:
+            end, served = time.monotonic() + seconds, 0
+            while time.monotonic() < end:
+                value = client.get(f"{fast.url}/now").json()["now_us"]
+                assert value <= time.time_ns() // 1000 + MAX_SKEW_US, "the runaway clock leaked into /now"
+                served += 1
+                time.sleep(0.02)
+            return served
+
+        check_for(1.0)
+        for r in healthy:
+            r.signal(signal.SIGSTOP)
+        try:
+            assert check_for(3.0) > 10, "the runaway replica must keep serving (observed + elapsed)"
+        finally:
+            for r in healthy:
+                r.signal(signal.SIGCONT)
+        check_for(1.0)
+        for r in healthy:
+            r.wait_ready(timeout=10)
+        assert client.get(f"{fast.url}/readyz").status_code == 503
+
+
 def test_no_freeze_after_a_fast_replica_published_and_died(processes: Fleet, sqlite_url: str) -> None:
     """The thesis' freeze: global time stood still for 10 minutes. Here it keeps real rate."""
-    fast = processes.timesvc(sqlite_url, name="fast", skew="+600s")
+    # Configured as the only replica, nobody can outvote its clock: it publishes it.
+    fast = processes.timesvc(sqlite_url, name="fast", skew="+600s", replicas=1)
     fast.wait_ready()
     ahead = now_us(fast) - time.time_ns() // 1000
     assert ahead > 590_000_000, "the fast replica alone must publish its clock"
