@@ -111,6 +111,10 @@ class RemoteLock:
         self.owner = lease.owner
         self.ticket = lease.ticket
         self.fencing_token = lease.token
+        self.granted_at = lease.holding_since
+        """``time.monotonic()`` when the compare-and-set that granted the lock was sent (the grant
+        happened no earlier): with ``valid_until`` of other holders, what the lease-level
+        invariant is checked against."""
         self.store_ops = counts.total
         """Store operations the acquisition needed."""
         self.store_op_counts = dict(counts.ops)

@@ -1,0 +1,220 @@
+"""Finding 6 (and issue 14's first two problems): a compare-and-set whose outcome is unknown is
+resolved by value, never reported as a revocation or a conflict (DESIGN.md §3).
+
+* On any store, with :class:`FaultyStore`: a renewal that applied but whose answer was lost
+  (the adapter could not settle it either) is recognised at the next renewal; one that never
+  applied is simply retried. Neither marks the lease lost.
+* On the real Cassandra code path (when ``CHRONOLOCK_TEST_CASSANDRA`` names a 4.x/5.x node):
+  the driver's own exception objects (``WriteTimeout`` of type CAS, ``ReadTimeout`` on the
+  SERIAL re-read, server error 0x1700) injected around real statements on a real node.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from lockclient import CellStore, RemoteLocker, StoreUnavailable, open_store
+from lockclient.lease import HOLDER_COLUMN, HolderRecord
+from lockclient.store.base import Outcome, resolve_by_value
+from tests.support.faulty import FaultyStore
+
+
+@pytest.fixture
+def store(sqlite_url: str) -> Iterator[CellStore]:
+    with open_store(sqlite_url) as s:
+        yield s
+
+
+def is_renewal(row: str, expected: dict[str, str | None], updates: dict[str, str | None], **kw: object) -> bool:
+    return expected.get(HOLDER_COLUMN) is not None and updates.get(HOLDER_COLUMN) is not None
+
+
+def record(store: CellStore, lock_id: str) -> HolderRecord:
+    return HolderRecord.decode(store.read_versioned(lock_id)[HOLDER_COLUMN])
+
+
+def test_resolution_by_value() -> None:
+    expected = {"~holder": "me@1", "~fence": "3|me"}
+    updates = {"~holder": "me@2"}
+    assert resolve_by_value(expected, updates, {"~holder": "me@2", "~fence": "3|me"}) is Outcome.APPLIED
+    assert resolve_by_value(expected, updates, {"~holder": "me@1", "~fence": "3|me"}) is Outcome.UNCHANGED
+    assert resolve_by_value(expected, updates, {"~holder": None, "~fence": "3|me"}) is Outcome.CHANGED
+    assert resolve_by_value(expected, updates, {"~holder": "other@1", "~fence": "4|x"}) is Outcome.CHANGED
+    gone = {"~holder": None}
+    assert resolve_by_value({"~holder": "me@2"}, gone, {"~holder": None}) is Outcome.APPLIED  # what we asked for holds
+
+
+def test_a_renewal_that_applied_but_whose_answer_was_lost_is_not_a_revocation(store: CellStore) -> None:
+    faulty = FaultyStore(store)
+    with RemoteLocker(faulty, lease=30) as locker:  # long lease: only our explicit renewals run
+        lock = locker.get_lock("u1")
+        lease = lock._lease
+        faulty.arm("compare_and_set", raise_after=StoreUnavailable("injected: applied, answer lost"), when=is_renewal)
+        lease.renew(faulty)
+        assert record(store, "u1").version == 2, "the renewal did apply"
+        assert not lock.lost.is_set()
+        lease.renew(faulty)  # finds its own value (v2) where it expected v1: recognised, goes on from it
+        assert not lock.lost.is_set(), lock.lost_reason
+        assert record(store, "u1").version == 3
+        assert lock.release() is True
+
+
+def test_a_renewal_that_never_applied_is_retried_not_a_revocation(store: CellStore) -> None:
+    faulty = FaultyStore(store)
+    with RemoteLocker(faulty, lease=30) as locker:
+        lock = locker.get_lock("u2")
+        lease = lock._lease
+        faulty.arm("compare_and_set", raise_before=StoreUnavailable("injected: timed out, not applied"), when=is_renewal)
+        lease.renew(faulty)
+        assert record(store, "u2").version == 1
+        lease.renew(faulty)
+        assert not lock.lost.is_set(), lock.lost_reason
+        assert record(store, "u2").version == 2
+        assert lock.release() is True
+
+
+def test_a_release_whose_answer_was_lost_is_recognised(store: CellStore) -> None:
+    faulty = FaultyStore(store)
+    with RemoteLocker(faulty, lease=30) as locker:
+        lock = locker.get_lock("u3")
+        faulty.arm(
+            "compare_and_set",
+            raise_after=StoreUnavailable("injected: applied, answer lost"),
+            when=lambda row, expected, updates, **k: updates.get(HOLDER_COLUMN, "x") is None,
+        )
+        assert lock.release() is True
+        assert HOLDER_COLUMN not in store.read_versioned("u3")
+        while lock.cleanup_pending:
+            lock.release()  # the retry finds the record gone after its own attempt: done
+        assert not lock.lost.is_set()
+
+
+# -- the real Cassandra code path ------------------------------------------------------------------
+
+
+class _Injector:
+    """Wraps a real CassandraStore's driver session: raises a real driver exception before or
+    after executing a chosen statement, otherwise passes everything through."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.plan: list[tuple[Callable[[Any, dict[str, Any]], bool], str, BaseException]] = []
+        self.seen = 0
+
+    def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        for i, (match, when, exc) in enumerate(self.plan):
+            if match(statement, kwargs):
+                del self.plan[i]
+                self.seen += 1
+                if when == "before":
+                    raise exc
+                result = self.session.execute(statement, params, **kwargs)
+                raise exc
+        return self.session.execute(statement, params, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+
+@pytest.fixture
+def cassandra(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if not os.environ.get("CHRONOLOCK_TEST_CASSANDRA"):
+        pytest.skip("needs a modern Cassandra (LWT): set CHRONOLOCK_TEST_CASSANDRA=host:port")
+    url: str = request.getfixturevalue("modern_cassandra_url")
+    store = open_store(url)
+    injector = _Injector(store._session)  # type: ignore[attr-defined]
+    store._session = injector  # type: ignore[attr-defined]
+    try:
+        yield store, injector
+    finally:
+        store.close()
+
+
+def _is_cas(statement: Any, kwargs: dict[str, Any]) -> bool:
+    from lockclient.store.cassandra import PROFILE_CAS
+
+    return bool(kwargs.get("execution_profile") == PROFILE_CAS)
+
+
+def _is_serial_read(statement: Any, kwargs: dict[str, Any]) -> bool:
+    from lockclient.store.cassandra import PROFILE_SERIAL
+
+    return bool(kwargs.get("execution_profile") == PROFILE_SERIAL)
+
+
+@pytest.mark.cassandra
+def test_cassandra_cas_timeout_without_applying_is_retried(cassandra: Any) -> None:
+    from cassandra import ConsistencyLevel, WriteTimeout, WriteType
+
+    store, injector = cassandra
+    row = f"u-{uuid.uuid4().hex}"
+    assert store.compare_and_set(row, {"a": None}, {"a": "v1"}).applied
+    timeout = WriteTimeout(
+        "injected",
+        write_type=WriteType.CAS,
+        consistency=ConsistencyLevel.SERIAL,
+        required_responses=2,
+        received_responses=0,
+    )
+    injector.plan.append((_is_cas, "before", timeout))
+    result = store.compare_and_set(row, {"a": "v1"}, {"a": "v2"})
+    assert injector.seen == 1
+    assert result.applied, "the re-read showed our unchanged record: retry, never 'revoked'"
+    assert store.read_versioned(row) == {"a": "v2"}
+
+
+@pytest.mark.cassandra
+def test_cassandra_cas_applied_with_lost_answer_and_failed_reread_is_still_recognised(cassandra: Any) -> None:
+    from cassandra import ConsistencyLevel, ReadTimeout, WriteTimeout, WriteType
+
+    store, injector = cassandra
+    row = f"u-{uuid.uuid4().hex}"
+    assert store.compare_and_set(row, {"a": None}, {"a": "v1"}).applied
+    timeout = WriteTimeout(
+        "injected",
+        write_type=WriteType.CAS,
+        consistency=ConsistencyLevel.SERIAL,
+        required_responses=2,
+        received_responses=1,
+    )
+    reread = ReadTimeout("injected", consistency=ConsistencyLevel.SERIAL, required_responses=2, received_responses=1)
+    injector.plan.append((_is_cas, "after", timeout))  # applied, answer lost
+    injector.plan.append((_is_serial_read, "before", reread))  # the first re-read times out too
+    result = store.compare_and_set(row, {"a": "v1"}, {"a": "v2"})
+    assert injector.seen == 2
+    assert result.applied, "the re-read found our own value: applied"
+
+
+@pytest.mark.cassandra
+def test_cassandra_unknown_0x1700_is_resolved_in_a_lease_renewal(cassandra: Any) -> None:
+    from cassandra.protocol import ErrorMessage
+
+    store, injector = cassandra
+    unknown = ErrorMessage(0x1700, "CAS operation result is unknown - proposal accepted by 1 but not a quorum.", None)
+    with RemoteLocker(store, lease=30, allow_store_clock=True) as locker:
+        lock_id = f"u-{uuid.uuid4().hex}"
+        lock = locker.get_lock(lock_id)
+        injector.plan.append((_is_cas, "after", unknown))
+        lock._lease.renew(store)
+        assert not lock.lost.is_set(), lock.lost_reason
+        assert record(store, lock_id).version == 2
+        lock._lease.renew(store)
+        assert record(store, lock_id).version == 3
+        assert lock.release() is True
+
+
+def test_error_0x1700_from_the_driver_is_an_unknown_outcome() -> None:
+    from cassandra.protocol import ErrorMessage
+
+    from lockclient.store.cassandra import translate_error
+
+    exc = ErrorMessage(0x1700, "CAS operation result is unknown - proposal accepted by 1 but not a quorum.", None)
+    error = translate_error(exc, "compare_and_set")
+    assert isinstance(error, StoreUnavailable) and "result unknown" in str(error)
+    other = ErrorMessage(0x2200, "Invalid query", None)
+    assert not isinstance(translate_error(other, "x"), StoreUnavailable)

@@ -1,0 +1,191 @@
+"""Finding 9 and the "also fix" list: the watermark stays sound when global time jumps, fenced
+resources refuse an equal token from another holder and never share a row with a lock, the
+lock paths use cluster-wide consistency unless told otherwise, and global time straight from a
+shared store is refused unless allowed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from leasewatch.watcher import Watcher
+from lockclient import (
+    CellStore,
+    ConfigurationError,
+    FencedResource,
+    RemoteLock,
+    RemoteLocker,
+    StaleFencingToken,
+    StoreClock,
+    open_store,
+)
+from lockclient.lockid import make_ticket, ticket_time
+from lockclient.store import Table
+from lockclient.watermark import WINDOW_US, parse_marks
+from tests.support.faulty import FaultyStore
+
+S = 1_000_000
+
+
+class JumpingClock:
+    """Global time that a test moves by hand (a forward jump the guard allowed, or an
+    unguarded StoreClock on a machine whose clock jumped)."""
+
+    def __init__(self, now_us: int) -> None:
+        self.value = now_us
+
+    def now_us(self) -> int:
+        return self.value
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def store(sqlite_url: str) -> Iterator[CellStore]:
+    with open_store(sqlite_url) as s:
+        yield s
+
+
+def wait_until(predicate: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        threading.Event().wait(0.01)
+
+
+def hidden_cells(store: CellStore, lock_id: str) -> list[str]:
+    """Live queue cells below the published watermark: invisible to everyone who reads from it."""
+    published, _ = parse_marks(store.read_row(Table.WATERMARK, lock_id))
+    return [c.column for c in store.read_row(Table.QUEUE, lock_id) if ticket_time(c.column) < published]
+
+
+def test_a_ticket_taken_before_a_global_time_jump_is_never_hidden_below_the_watermark(store: CellStore) -> None:
+    """Finding 9: A takes a ticket at T; global time jumps +60 s; B queues at T+60 s, is granted
+    and publishes the watermark T+50 s — before A's queue cell lands (A was slow by a few ms of
+    real time only, so the old local-clock check let it stay). A's cell was then below the
+    watermark: others, status() and leasewatch no longer saw it while A saw itself first in line.
+    Now A's first look finds the proposed watermark above its ticket and it queues again."""
+    clock = JumpingClock(1_000_000 * S)
+    faulty = FaultyStore(store)
+    landed, go = threading.Event(), threading.Event()
+
+    def a_is_slow(table: Table, row: str, column: str, *args: object, **kwargs: object) -> None:
+        go.wait(10)
+
+    faulty.arm("put", before=a_is_slow, when=lambda table, *a, **k: table == Table.QUEUE)
+    a_side = RemoteLocker(faulty, clock, lease=5)
+    b_side = RemoteLocker(store, clock, lease=5)
+    granted: list[RemoteLock] = []
+    a_thread = threading.Thread(target=lambda: granted.append(a_side.get_lock("jump", timeout=30)))
+    a_thread.start()
+    wait_until(lambda: faulty.calls.get("put", 0) >= 1, "A to take its ticket and start writing")
+    first_ticket_time = clock.value
+    clock.value += 60 * S  # the jump
+    b = b_side.get_lock("jump")
+    wait_until(lambda: parse_marks(store.read_row(Table.WATERMARK, "jump"))[0] > 0, "B to publish the watermark")
+    published, proposed = parse_marks(store.read_row(Table.WATERMARK, "jump"))
+    assert published > first_ticket_time and proposed >= published
+    go.set()  # A's queue cell lands now, below the published watermark
+    landed.set()
+    # A must notice on its first look and queue again above the watermark; from then on no live
+    # cell is hidden, and status() (which reads from the watermark) shows A waiting.
+    wait_until(lambda: not hidden_cells(store, "jump"), "A to leave its hidden cell")
+    wait_until(lambda: len(b_side.status("jump").queue) == 2, "A to wait visibly behind B")
+    waiting = b_side.status("jump").queue[1]
+    assert ticket_time(waiting.ticket) >= published
+    b.release()
+    a_thread.join(timeout=30)
+    assert granted and granted[0].fencing_token == b.fencing_token + 1
+    assert ticket_time(granted[0].ticket) > first_ticket_time, "A was granted on its hidden ticket"
+    granted[0].release()
+    a_side.close()
+    b_side.close()
+
+
+def test_the_published_watermark_never_hides_a_live_waiter_in_steady_use(store: CellStore) -> None:
+    clock = JumpingClock(2_000_000 * S)
+    with RemoteLocker(store, clock, lease=5) as locker:
+        for _ in range(30):
+            clock.value += 3 * S  # time moves on (a window every few grants)
+            locker.get_lock("steady").release()
+            assert not hidden_cells(store, "steady")
+        # Publications run in the background, at most one per window of ticket time: the
+        # watermark trails the newest ticket by one to two windows, never more.
+        wait_until(
+            lambda: clock.value - WINDOW_US - parse_marks(store.read_row(Table.WATERMARK, "steady"))[0] < 2 * WINDOW_US,
+            "the watermark to follow the grants",
+        )
+
+
+def test_equal_tokens_from_different_holders_are_refused(store: CellStore) -> None:
+    """Two datacenters granting one lock (lock_scope=datacenter), or a store that lost acknowledged
+    writes, can hand two holders the same token: the resource accepts only the first of them."""
+    guard = FencedResource(store, "ledger")
+    guard.write(7, "balance", "100", holder="dc1-holder")
+    guard.write(7, "balance", "90", holder="dc1-holder")  # the same holder may write again
+    with pytest.raises(StaleFencingToken, match="already used by another holder"):
+        guard.write(7, "balance", "0", holder="dc2-holder")
+    with pytest.raises(StaleFencingToken):
+        guard.write(7, "balance", "0")  # unnamed is "another holder" too
+    with pytest.raises(StaleFencingToken, match="stale"):
+        guard.write(6, "balance", "0", holder="old")
+    guard.write(8, "balance", "80", holder="next")
+    assert guard.read("balance") == "80" and guard.highest_token() == 8
+
+
+def test_a_lock_id_never_shares_a_row_with_a_fenced_resource(store: CellStore) -> None:
+    """A lock id such as 'fenced-resource:X' used to share its lease row with FencedResource("X"),
+    and leasewatch then failed to decode that row and never revoked that lock."""
+    guard = FencedResource(store, "X")
+    guard.write(1, "k", "v")
+    locker = RemoteLocker(store, lease=2)
+    lock = locker.get_lock("fenced-resource:X")
+    guard.write(2, "k", "w")
+    locker._services.keeper.remove(lock._lease)  # the holder dies
+    clock = [100.0]
+    watcher = Watcher(store, grace=0.5, monotonic=lambda: clock[0])
+    report = watcher.scan()
+    assert not report.errors
+    clock[0] += 2.6
+    report = watcher.scan()
+    assert not report.errors and report.revoked == 1
+    assert guard.read("k") == "w" and guard.highest_token() == 2
+    locker.close()
+
+
+def test_lock_paths_use_cluster_wide_consistency_unless_opted_out() -> None:
+    from cassandra import ConsistencyLevel
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT
+
+    from lockclient.store.cassandra import PROFILE_CAS, PROFILE_SERIAL, _ModernDialect, connect_cluster
+
+    dialect = _ModernDialect("ks", None)
+    routed = dialect.profiles("dc1", 5.0, local=False)
+    assert routed[EXEC_PROFILE_DEFAULT].consistency_level == ConsistencyLevel.QUORUM
+    assert routed[PROFILE_SERIAL].consistency_level == ConsistencyLevel.SERIAL
+    assert routed[PROFILE_CAS].serial_consistency_level == ConsistencyLevel.SERIAL
+    local = dialect.profiles("dc1", 5.0, local=True)
+    assert local[EXEC_PROFILE_DEFAULT].consistency_level == ConsistencyLevel.LOCAL_QUORUM
+    assert local[PROFILE_CAS].serial_consistency_level == ConsistencyLevel.LOCAL_SERIAL
+    with pytest.raises(ConfigurationError, match="lock_scope=datacenter needs dc"):
+        connect_cluster("cassandra://127.0.0.1:1/ks?lock_scope=datacenter")
+    with pytest.raises(ConfigurationError, match="lock_scope"):
+        connect_cluster("cassandra://127.0.0.1:1/ks?lock_scope=everywhere")
+
+
+@pytest.mark.cassandra
+def test_global_time_straight_from_a_shared_store_is_refused_unless_allowed(local_cassandra_url: str) -> None:
+    """One skewed laptop without CHRONOLOCK_TIMESVC_URLS would drag global time forward for
+    everyone sharing the store."""
+    with open_store(local_cassandra_url) as shared:
+        with pytest.raises(ConfigurationError, match="CHRONOLOCK_TIMESVC_URLS"):
+            StoreClock(shared)
+        StoreClock(shared, allow_shared=True).close()
+
+
+def test_tickets_sort_by_time_first() -> None:
+    assert make_ticket(5, "b") < make_ticket(6, "a")
