@@ -69,7 +69,8 @@ def test_a_renewal_that_never_applied_is_retried_not_a_revocation(store: CellSto
     with RemoteLocker(faulty, lease=30) as locker:
         lock = locker.get_lock("u2")
         lease = lock._lease
-        faulty.arm("compare_and_set", raise_before=StoreUnavailable("injected: timed out, not applied"), when=is_renewal)
+        not_applied = StoreUnavailable("injected: timed out, not applied")
+        faulty.arm("compare_and_set", raise_before=not_applied, when=is_renewal)
         lease.renew(faulty)
         assert record(store, "u2").version == 1
         lease.renew(faulty)
@@ -113,7 +114,7 @@ class _Injector:
                 self.seen += 1
                 if when == "before":
                     raise exc
-                result = self.session.execute(statement, params, **kwargs)
+                self.session.execute(statement, params, **kwargs)  # it applies; the answer is "lost"
                 raise exc
         return self.session.execute(statement, params, **kwargs)
 
