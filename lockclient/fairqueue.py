@@ -128,6 +128,7 @@ class FairQueue:
         except BaseException:
             self._withdraw(store, waiter)
             raise
+        waiter.enqueued_at = self.s.monotonic()
         self.s.keeper.add_waiter(waiter)
         return waiter
 
@@ -140,6 +141,7 @@ class FairQueue:
         while True:
             seen = self.s.signals.generation(lock_id)
             start = self.s.watermarks.start(lock_id, ticket)
+            looked_at = self.s.monotonic()
             cells, row, marks = concurrently(
                 store,
                 partial(store.read_row, Table.QUEUE, lock_id, start=start, limit=QUEUE_SLICE),
@@ -162,6 +164,7 @@ class FairQueue:
             if position == 0 and holder is None:
                 taken = take(self.s, attempt, waiter.owner, ticket, row.get(FENCE_COLUMN))
                 if isinstance(taken, HeldLease):
+                    taken.enqueued_at, taken.looked_at = waiter.enqueued_at, looked_at
                     return taken
                 holder = taken
                 if holder is None:

@@ -222,6 +222,10 @@ class HeldLease:
         self.renewed_at = renewed_at
         """Start (monotonic) of the compare-and-set that last proved this lease ours."""
         self.holding_since = renewed_at
+        self.enqueued_at: float | None = None
+        """Monotonic time the holder's queue cell was written (fair queue only)."""
+        self.looked_at: float | None = None
+        """Monotonic start of the queue read after which it was granted (fair queue only)."""
         self._pending: tuple[HolderRecord, str, float] | None = None
         """A renewal whose outcome stayed unknown: (record, value, start); ours if found."""
         self._release_tried = False
@@ -397,6 +401,7 @@ class WaiterLease:
         self.monotonic = monotonic
         self.record = WaiterRecord(owner, 1, lease)
         self.renewed_at = monotonic()
+        self.enqueued_at: float | None = None
         self.renew_failures = 0
         self.last_attempt_at = self.renewed_at
         self.ended = False

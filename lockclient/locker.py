@@ -115,6 +115,12 @@ class RemoteLock:
         """``time.monotonic()`` when the compare-and-set that granted the lock was sent (the grant
         happened no earlier): with ``valid_until`` of other holders, what the lease-level
         invariant is checked against."""
+        self.enqueued_at = lease.enqueued_at
+        """``time.monotonic()`` when this holder's queue cell was written (fair queue)."""
+        self.looked_at = lease.looked_at
+        """``time.monotonic()`` when the queue read that preceded the grant started (fair queue):
+        every queue cell written before it was visible to that read — FIFO is promised
+        among those (a cell still being written may lose its turn to a later ticket)."""
         self.store_ops = counts.total
         """Store operations the acquisition needed."""
         self.store_op_counts = dict(counts.ops)

@@ -13,7 +13,7 @@ compare it with its own; libfaketime leaves it alone with FAKETIME_DONT_FAKE_MON
 * ``{"event": "fenced_write", "phase": "initial"|"after_go", "ok": bool, "error": ..., "stale": bool,
   "lost_at_write": bool}`` — a ``FencedResource(store, --resource).write(token, "k", owner)``;
 * ``{"event": "lost", "reason": ...}`` — as soon as ``lock.lost`` fires (an on_lost callback);
-* ``{"event": "lost_check", "lost": bool, "reason": ...}`` — after the write following ``--go``:
+* ``{"event": "lost_check", "lost": bool, "reason": ..., "valid_until_ns": ...}`` — after the write following ``--go``:
   whether ``lock.lost`` was set within ``--lost-wait`` seconds;
 * ``{"event": "released", "ok": bool}`` — ``lock.release()``'s answer;
 * ``{"event": "error", "error": ...}`` — anything unexpected (then exit 1).
@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
             if guard is not None:
                 fenced_write(report, guard, lock.fencing_token, lock.owner, "after_go", lock.lost.is_set())
             lost = lock.lost.wait(args.lost_wait)
-            report("lost_check", lost=lost, reason=lock.lost_reason)
+            # valid_until cannot have moved while the process was stopped (no renewal ran), and a
+            # renewal after it resumed finds the lease revoked: this is the value it had all along.
+            report("lost_check", lost=lost, reason=lock.lost_reason, valid_until_ns=int(lock.valid_until * 1e9))
         started = time.monotonic()
         remaining = args.hold_for
         if args.release is not None:

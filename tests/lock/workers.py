@@ -46,25 +46,38 @@ def contend(
     while not go.exists():
         threading.Event().wait(0.005)
     pause = threading.Event()
+    ns = 1e9  # CLOCK_MONOTONIC is system-wide: times are comparable across processes
     for _ in range(k):
-        with locker.get_lock(lock_id, timeout=120) as lock:
-            enter = time.monotonic_ns()  # CLOCK_MONOTONIC is system-wide: comparable across processes
-            stale = False
-            try:
-                guard.write(lock.fencing_token, "last_writer", lock.owner, holder=lock.owner)
-            except StaleFencingToken:
-                stale = True
-            pause.wait(hold)
-            exit_ = time.monotonic_ns()
+        lock = locker.get_lock(lock_id, timeout=120)
+        enter = time.monotonic_ns()
+        stale = False
+        try:
+            guard.write(lock.fencing_token, "last_writer", lock.owner, holder=lock.owner)
+        except StaleFencingToken:
+            stale = True
+        pause.wait(hold)
+        exit_ = time.monotonic_ns()
+        # The lease-level invariant: this owner considers itself holding from its grant until it
+        # calls release() (held turns False first thing) or its lease runs out by its own clock.
+        held_until = min(time.monotonic(), lock.valid_until)
+        lost = lock.lost.is_set()
+        released = lock.release()
         history.append(
             {
                 "pid": os.getpid(),
                 "owner": lock.owner,
                 "token": lock.fencing_token,
+                "ticket": lock.ticket,
+                "granted": int(lock.granted_at * ns),
+                "enqueued": None if lock.enqueued_at is None else int(lock.enqueued_at * ns),
+                "looked": None if lock.looked_at is None else int(lock.looked_at * ns),
+                "held_until": int(held_until * ns),
                 "enter": enter,
                 "exit": exit_,
                 "ops": lock.store_ops,
+                "round_trips": lock.round_trips,
                 "stale": stale,
+                "lost": lost or not released,
             }
         )
     Path(out_dir, f"history-{os.getpid()}.json").write_text(json.dumps(history))
