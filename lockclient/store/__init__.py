@@ -14,8 +14,9 @@
 
 from __future__ import annotations
 
+from lockclient.errors import ConfigurationError
 from lockclient.store.base import VERSIONED_TABLE, CasResult, Cell, CellStore, Table, VersionedTable, concurrently
-from lockclient.store.url import StoreUrl, open_store, parse_store_url
+from lockclient.store.url import StoreUrl, parse_store_url
 
 __all__ = [
     "VERSIONED_TABLE",
@@ -29,3 +30,23 @@ __all__ = [
     "open_store",
     "parse_store_url",
 ]
+
+
+def open_store(url: str | StoreUrl, *, username: str | None = None, password: str | None = None) -> CellStore:
+    """Open the store a URL names (the tooz idiom: the scheme picks the backend). Cassandra
+    needs the ``cassandra`` extra installed. ``username``/``password`` are used when the URL
+    carries no credentials. Adapters are imported here, on demand: they import the URL
+    parser, never the other way round."""
+    parsed = url if isinstance(url, StoreUrl) else parse_store_url(url)
+    if parsed.scheme == "sqlite":
+        from lockclient.store.sqlite import SQLiteStore
+
+        return SQLiteStore.from_url(parsed)
+    try:
+        from lockclient.store.cassandra import CassandraStore
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ConfigurationError(
+            "the Cassandra store needs cassandra-driver: pip install 'chronolock[cassandra]'"
+        ) from exc
+    store: CellStore = CassandraStore.from_url(parsed, username=username, password=password)
+    return store

@@ -1,4 +1,4 @@
-"""Store selection by URL (the tooz idiom: the scheme picks the backend)."""
+"""Store URLs: parsing and validation only. Opening one is :func:`lockclient.store.open_store`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from lockclient.errors import ConfigurationError
-from lockclient.store.base import CellStore
 
-__all__ = ["StoreUrl", "open_store", "parse_store_url"]
+__all__ = ["StoreUrl", "parse_store_url"]
 
 _SCHEMES = ("sqlite", "cassandra")
 
@@ -98,23 +97,3 @@ def parse_store_url(url: str) -> StoreUrl:
     return StoreUrl(
         scheme=scheme, hosts=hosts, port=port, path=keyspace, username=username, password=password, options=options
     )
-
-
-def open_store(url: str | StoreUrl, *, username: str | None = None, password: str | None = None) -> CellStore:
-    """Open the store a URL names. Cassandra needs the ``cassandra`` extra installed.
-
-    ``username``/``password`` are used when the URL carries no credentials.
-    """
-    parsed = url if isinstance(url, StoreUrl) else parse_store_url(url)
-    if parsed.scheme == "sqlite":
-        from lockclient.store.sqlite import SQLiteStore
-
-        return SQLiteStore.from_url(parsed)
-    try:
-        from lockclient.store.cassandra import CassandraStore
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise ConfigurationError(
-            "the Cassandra store needs cassandra-driver: pip install 'chronolock[cassandra]'"
-        ) from exc
-    store: CellStore = CassandraStore.from_url(parsed, username=username, password=password)
-    return store
