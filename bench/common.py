@@ -25,6 +25,7 @@ from typing import Any
 __all__ = [
     "RESULTS_DIR",
     "Fleet",
+    "ServiceProcess",
     "TimesvcProcess",
     "cpu_seconds",
     "free_port",
@@ -92,31 +93,32 @@ def _http_get_json(url: str, timeout: float = 1.0) -> Any:
         return json.loads(response.read())
 
 
-class TimesvcProcess:
-    """One ``timesvc serve`` replica on 127.0.0.1 with a free port, logging to a file."""
+class ServiceProcess:
+    """One ``timesvc serve`` or ``leasewatch serve`` on 127.0.0.1 with a free port, logging to a file."""
 
-    def __init__(self, name: str, store_url: str, log_dir: Path, *, tick: float = 0.5) -> None:
+    def __init__(self, service: str, name: str, store_url: str, log_dir: Path, settings: dict[str, str]) -> None:
         self.name = name
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         self.log_path = log_dir / f"{name}.log"
+        prefix = service.upper()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TIMESVC_", "LEASEWATCH_", "CHRONOLOCK_"))}
         env.update(
             {
                 "CHRONOLOCK_STORE_URL": store_url,
-                "TIMESVC_HOST": HOST,
-                "TIMESVC_PORT": str(self.port),
-                "TIMESVC_TICK": str(tick),
-                "TIMESVC_REPLICA_ID": name,
-                "TIMESVC_SHUTDOWN_GRACE": "1",
+                f"{prefix}_HOST": HOST,
+                f"{prefix}_PORT": str(self.port),
+                f"{prefix}_REPLICA_ID": name,
+                f"{prefix}_SHUTDOWN_GRACE": "1",
                 # One log line per request would be measured too; keep warnings only.
-                "TIMESVC_LOG_LEVEL": "warning",
+                f"{prefix}_LOG_LEVEL": "warning",
+                **{f"{prefix}_{k}": v for k, v in settings.items()},
             }
         )
         self._log = self.log_path.open("ab")
         # The interpreter itself (not a console-script shim), so self.pid is the server.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "timesvc.cli", "serve"], env=env, stdout=self._log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", f"{service}.cli", "serve"], env=env, stdout=self._log, stderr=subprocess.STDOUT
         )
 
     @property
@@ -159,15 +161,24 @@ class TimesvcProcess:
         self._log.close()
 
 
+TimesvcProcess = ServiceProcess
+
+
 class Fleet:
     """Every process one benchmark started; :meth:`stop_all` stops each by its PID."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
-        self.processes: list[TimesvcProcess] = []
+        self.processes: list[ServiceProcess] = []
 
-    def timesvc(self, store_url: str, name: str, *, tick: float = 0.5) -> TimesvcProcess:
-        proc = TimesvcProcess(name, store_url, self.log_dir, tick=tick)
+    def timesvc(self, store_url: str, name: str, *, tick: float = 0.5, replicas: int = 1) -> ServiceProcess:
+        settings = {"TICK": str(tick), "REPLICAS": str(replicas)}
+        proc = ServiceProcess("timesvc", name, store_url, self.log_dir, settings)
+        self.processes.append(proc)
+        return proc
+
+    def leasewatch(self, store_url: str, name: str, *, scan_interval: float = 1.0) -> ServiceProcess:
+        proc = ServiceProcess("leasewatch", name, store_url, self.log_dir, {"SCAN_INTERVAL": str(scan_interval)})
         self.processes.append(proc)
         return proc
 

@@ -45,6 +45,21 @@ __all__ = ["LocksConfig", "run"]
 Algorithm = Literal["queue", "backoff"]
 ALGORITHMS: tuple[Algorithm, ...] = ("queue", "backoff")
 
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    algorithm: Algorithm
+    wake: bool
+    """Waiters long-poll leasewatch (and releasers notify it) instead of polling the store."""
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("queue", "queue", wake=False),
+    Variant("queue+wake", "queue", wake=True),
+    Variant("backoff", "backoff", wake=False),
+)
+
 # The thesis' numbers (§6, K = 5000, Cassandra on 3 servers, 3 timesvc replicas), in ms.
 # Its table headers say old | new, but its text (and figure 2) say the *old* algorithm's
 # maximum reaches minutes and the new one's stays under a second: the headers are swapped.
@@ -81,6 +96,7 @@ class WorkerSpec:
     index: int
     store_url: str
     timesvc_url: str
+    leasewatch_url: str | None
     lock_id: str
     algorithm: Algorithm
     k: int
@@ -99,9 +115,11 @@ def _worker(spec: WorkerSpec, barrier: Any) -> None:
     from lockclient.clock import TimeServiceClock
     from lockclient.errors import LockTimeout
     from lockclient.store import open_store
+    from lockclient.wake import LeasewatchWaker
 
     store = open_store(spec.store_url)
     clock = TimeServiceClock([spec.timesvc_url])
+    waker = LeasewatchWaker(spec.leasewatch_url) if spec.leasewatch_url else None
     locker = RemoteLocker(
         store,
         clock,
@@ -109,6 +127,7 @@ def _worker(spec: WorkerSpec, barrier: Any) -> None:
         algorithm=spec.algorithm,
         backoff_owner_wait=spec.backoff_owner_wait_s,
         backoff_step=spec.backoff_step_s,
+        waker=waker,
     )
     records: list[list[float | int]] = []
     error: str | None = None
@@ -133,7 +152,19 @@ def _worker(spec: WorkerSpec, barrier: Any) -> None:
             releasing = time.monotonic()
             lock.release()
             released = time.monotonic()
-            records.append([requested, acquired, releasing, released, lock.fencing_token, lock.store_ops])
+            records.append(
+                [
+                    requested,
+                    acquired,
+                    releasing,
+                    released,
+                    lock.fencing_token,
+                    lock.store_ops,
+                    lock.round_trips,
+                    lock.lwt_rounds,
+                    lock.release_counts.round_trips,
+                ]
+            )
     except Exception as exc:  # report, do not hang the parent
         error = f"{type(exc).__name__}: {exc}"
         start = time.monotonic()
@@ -141,6 +172,8 @@ def _worker(spec: WorkerSpec, barrier: Any) -> None:
         locker.close()
         clock.close()
         store.close()
+        if waker is not None:
+            waker.close()
     Path(spec.out_path).write_text(
         json.dumps({"index": spec.index, "pid": os.getpid(), "start": start, "records": records, "error": error})
     )
@@ -175,6 +208,7 @@ def _uncontended(cfg: LocksConfig, store_url: str, timesvc_url: str) -> dict[str
             acquire: list[float] = []
             release: list[float] = []
             ops: list[int] = []
+            trips: list[tuple[int, int, int, int]] = []
             try:
                 for i in range(cfg.uncontended_n + 10):
                     t0 = time.perf_counter()
@@ -187,6 +221,10 @@ def _uncontended(cfg: LocksConfig, store_url: str, timesvc_url: str) -> dict[str
                         acquire.append(t1 - t0)
                         release.append(t2 - t1)
                         ops.append(lock.store_ops)
+                        release_counts = lock.release_counts
+                        trips.append(
+                            (lock.round_trips, lock.lwt_rounds, release_counts.round_trips, release_counts.lwt_rounds)
+                        )
             finally:
                 locker.close()
             out[algorithm] = {
@@ -197,6 +235,13 @@ def _uncontended(cfg: LocksConfig, store_url: str, timesvc_url: str) -> dict[str
                 "acquire_p99_ms": _ms(percentile(acquire, 99)),
                 "release_p50_ms": _ms(percentile(release, 50)),
                 "store_ops_per_acquisition_mean": round(statistics.fmean(ops), 2),
+                # Round trips on the caller's path (a group of overlapping calls counts once), of
+                # which Paxos rounds; max over the run (every uncontended cycle should be equal).
+                "acquire_round_trips": max(t[0] for t in trips),
+                "acquire_lwt_rounds": max(t[1] for t in trips),
+                "release_round_trips": max(t[2] for t in trips),
+                "release_lwt_rounds": max(t[3] for t in trips),
+                "clock_fetches": getattr(clock, "fetches", None),
             }
             print(
                 f"  [locks] uncontended {algorithm:<7} acquire+release p50 {out[algorithm]['p50_ms']} ms, "
@@ -214,17 +259,25 @@ def _ms(seconds: float) -> float:
 
 
 def _contended(
-    cfg: LocksConfig, store_url: str, timesvc_url: str, algorithm: Algorithm, p: int, workdir: Path
+    cfg: LocksConfig,
+    store_url: str,
+    timesvc_url: str,
+    leasewatch_url: str,
+    variant: Variant,
+    p: int,
+    workdir: Path,
 ) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(p)
-    lock_id = f"bench-thesis-{algorithm}-p{p}-{uuid.uuid4().hex[:8]}"
+    algorithm = variant.algorithm
+    lock_id = f"bench-thesis-{variant.name}-p{p}-{uuid.uuid4().hex[:8]}"
     timeout = cfg.run_timeout(p)
     specs = [
         WorkerSpec(
             index=i,
             store_url=store_url,
             timesvc_url=timesvc_url,
+            leasewatch_url=leasewatch_url if variant.wake else None,
             lock_id=lock_id,
             algorithm=algorithm,
             k=cfg.k,
@@ -263,16 +316,18 @@ def _contended(
             results.append(json.loads(path.read_text()))
         else:
             results.append({"index": spec.index, "pid": None, "start": None, "records": [], "error": "no result"})
-    return _analyse(algorithm, p, cfg.k, results, wall)
+    return _analyse(variant.name, p, cfg.k, results, wall)
 
 
-def _analyse(algorithm: Algorithm, p: int, k: int, results: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+def _analyse(algorithm: str, p: int, k: int, results: list[dict[str, Any]], wall: float) -> dict[str, Any]:
     starts = [r["start"] for r in results if r["start"] is not None]
     t0 = min(starts) if starts else 0.0
     acquisitions: list[tuple[int, int, float, float, float, int]] = []  # token, proc, acquired, releasing, wait, ops
+    trips: list[tuple[int, int, int]] = []
     for r in results:
-        for requested, acquired, releasing, _released, token, ops in r["records"]:
+        for requested, acquired, releasing, _released, token, ops, rt, lwt, rel_rt in r["records"]:
             acquisitions.append((int(token), r["index"], acquired, releasing, acquired - requested, int(ops)))
+            trips.append((int(rt), int(lwt), int(rel_rt)))
     waits = [a[4] for a in acquisitions]
     ops = [a[5] for a in acquisitions]
     by_token = sorted(acquisitions)
@@ -315,6 +370,9 @@ def _analyse(algorithm: Algorithm, p: int, k: int, results: list[dict[str, Any]]
         "store_ops_mean": round(statistics.fmean(ops), 2) if ops else None,
         "store_ops_p99": percentile(ops, 99) if ops else None,
         "store_ops_max": max(ops) if ops else None,
+        "round_trips_mean": round(statistics.fmean(t[0] for t in trips), 2) if trips else None,
+        "lwt_rounds_mean": round(statistics.fmean(t[1] for t in trips), 2) if trips else None,
+        "release_round_trips_max": max(t[2] for t in trips) if trips else None,
         "longest_run": longest,
         "shares_while_all_contend": [round(s, 3) for s in shares],
         "overlapping_holds": overlaps,
@@ -384,6 +442,8 @@ def _markdown(data: dict[str, Any]) -> str:
                 "acquire p50 ms",
                 "release p50 ms",
                 "store ops / acq",
+                "acquire: round trips (of which LWT)",
+                "release: round trips (of which LWT)",
             ],
             [
                 [
@@ -394,10 +454,19 @@ def _markdown(data: dict[str, Any]) -> str:
                     unc[a]["acquire_p50_ms"],
                     unc[a]["release_p50_ms"],
                     unc[a]["store_ops_per_acquisition_mean"],
+                    f"{unc[a]['acquire_round_trips']} ({unc[a]['acquire_lwt_rounds']})",
+                    f"{unc[a]['release_round_trips']} ({unc[a]['release_lwt_rounds']})",
                 ]
                 for a in ALGORITHMS
             ],
         ),
+        "",
+        "Round trips are sequential store round trips on the caller's path — a group of calls that "
+        "overlap counts once (they overlap on Cassandra; on the embedded store they run one after the "
+        "other in microseconds) — counted by the store wrapper `lockclient.store.counting`; the same "
+        "algorithm makes the same calls on every store. `now_us()` is extrapolated between timesvc "
+        f"answers: the queue lock's {cfg['uncontended_n'] + 10} acquisitions asked timesvc "
+        f"{unc['queue'].get('clock_fetches', '?')} times.",
         "",
         f"### The thesis experiment: P processes each take one lock K = {cfg['k']} times "
         f"(thesis: K = 5000), holding it {cfg['hold_s'] * 1e3:g} ms",
@@ -408,15 +477,17 @@ def _markdown(data: dict[str, Any]) -> str:
         "Thesis columns: 3-node Cassandra, K = 5000; its table headers are swapped relative to its text, "
         "shown here as the text reads.",
         "",
-        "Table 1 — mean wait per acquisition, ms:",
+        "Table 1 — mean wait per acquisition, ms (queue: waiters poll the store; queue + wake-ups: waiters "
+        "long-poll a leasewatch process and releasers notify it):",
         "",
         markdown_table(
-            ["P", "backoff (baseline)", "queue (fair)", "thesis backoff", "thesis queue"],
+            ["P", "backoff (baseline)", "queue (fair)", "queue + wake-ups", "thesis backoff", "thesis queue"],
             [
                 [
                     p,
                     f"{cell('backoff', p, 'wait_mean_ms')}{mark('backoff', p)}",
                     f"{cell('queue', p, 'wait_mean_ms')}{mark('queue', p)}",
+                    f"{cell('queue+wake', p, 'wait_mean_ms')}{mark('queue+wake', p)}",
                     THESIS_MEAN_MS.get(p, {}).get("backoff", "–"),
                     THESIS_MEAN_MS.get(p, {}).get("queue", "–"),
                 ]
@@ -427,12 +498,13 @@ def _markdown(data: dict[str, Any]) -> str:
         "Table 2 — max wait per acquisition, ms:",
         "",
         markdown_table(
-            ["P", "backoff (baseline)", "queue (fair)", "thesis backoff", "thesis queue"],
+            ["P", "backoff (baseline)", "queue (fair)", "queue + wake-ups", "thesis backoff", "thesis queue"],
             [
                 [
                     p,
                     f"{cell('backoff', p, 'wait_max_ms')}{mark('backoff', p)}",
                     f"{cell('queue', p, 'wait_max_ms')}{mark('queue', p)}",
+                    f"{cell('queue+wake', p, 'wait_max_ms')}{mark('queue+wake', p)}",
                     f"{THESIS_MAX_MS[p]['backoff']:,}" if p in THESIS_MAX_MS else "–",
                     f"{THESIS_MAX_MS[p]['queue']:,}" if p in THESIS_MAX_MS else "–",
                 ]
@@ -455,6 +527,7 @@ def _markdown(data: dict[str, Any]) -> str:
                 "store ops/acq mean",
                 "p99",
                 "max",
+                "round trips/acq (LWT)",
                 "longest run",
                 "shares (min–max)",
                 "overlaps",
@@ -470,6 +543,7 @@ def _markdown(data: dict[str, Any]) -> str:
                     r["store_ops_mean"],
                     r["store_ops_p99"],
                     r["store_ops_max"],
+                    f"{r['round_trips_mean']} ({r['lwt_rounds_mean']})",
                     r["longest_run"],
                     (
                         f"{min(r['shares_while_all_contend']):.0%}–{max(r['shares_while_all_contend']):.0%}"
@@ -478,7 +552,7 @@ def _markdown(data: dict[str, Any]) -> str:
                     ),
                     r["overlapping_holds"],
                 ]
-                for a in ALGORITHMS
+                for a in (v.name for v in VARIANTS)
                 for p in ps
                 if (r := runs.get((a, p))) is not None
             ],
@@ -505,15 +579,19 @@ def run(*, quick: bool = False, k: int | None = None) -> dict[str, Any]:
         store_url = f"sqlite:///{workdir / 'cells.db'}"
         with fleet(workdir) as f:
             timesvc = f.timesvc(store_url, "bench-locks-timesvc")
+            leasewatch = f.leasewatch(store_url, "bench-locks-leasewatch")
             timesvc.wait_ready()
+            leasewatch.wait_ready()
             data["uncontended"] = _uncontended(cfg, store_url, timesvc.url)
             data["contended"] = []
-            for algorithm in ALGORITHMS:
+            for variant in VARIANTS:
                 for p in cfg.processes:
-                    data["contended"].append(_contended(cfg, store_url, timesvc.url, algorithm, p, workdir))
+                    data["contended"].append(
+                        _contended(cfg, store_url, timesvc.url, leasewatch.url, variant, p, workdir)
+                    )
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     for run_data in data["contended"]:
-        if run_data["processes"] == max(cfg.processes):
+        if run_data["processes"] == max(cfg.processes) and run_data["algorithm"] != "queue+wake":
             algorithm = run_data["algorithm"]
             name = "fair queue lock" if algorithm == "queue" else "backoff baseline (sleeps scaled 10× down)"
             _plot(

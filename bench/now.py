@@ -361,7 +361,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
                     os.sched_setaffinity(0, set(cpus))
         with fleet(workdir) as f:
             store = f"sqlite:///{workdir / 'three.db'}"
-            procs = [f.timesvc(store, f"bench-now-3-{i}") for i in range(3)]
+            procs = [f.timesvc(store, f"bench-now-3-{i}", replicas=3) for i in range(3)]
             for p in procs:
                 p.wait_ready()
             data["three_replicas"] = run_async(lambda: _three_replicas(cfg, procs))

@@ -201,11 +201,22 @@ class WaitHub:
             if self._locks.get(lock_id) is awaited and awaited.waiters == 0:
                 del self._locks[lock_id]
 
-    def notify(self, lock_id: str) -> bool:
-        """A client changed the lock (released, withdrew): poll it now. False if nobody waits."""
+    async def notify(self, lock_id: str, *, gone: str | None = None, released: str | None = None) -> bool:
+        """A client changed the lock: its queue cell ``gone`` was deleted, or the holder
+        ``released`` let go. Waiters watching exactly that are answered at once, from the
+        notice alone (they re-read the store before acting, so a wrong notice costs only a
+        read); the poller then reads the lock to confirm. False if nobody waits on it."""
         awaited = self._locks.get(lock_id)
         if awaited is None:
             return False
+        state = awaited.state
+        if state is not None and (gone in state.tickets or (released and state.holder == released)):
+            tickets = state.tickets - {gone} if gone is not None else state.tickets
+            holder = "" if released and state.holder == released else state.holder
+            head = min(tickets) if tickets else None
+            awaited.state = _LockState(tickets, head, holder)
+            async with awaited.changed:
+                awaited.changed.notify_all()
         awaited.poll_now.set()
         return True
 
@@ -453,11 +464,16 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         return await service.hub.wait(lock_id, watch, timeout)
 
     @app.post("/notify/{lock_id:path}", status_code=202, summary="A client changed this lock: wake its waiters now")
-    async def notify(service: ServiceDep, lock_id: LockIdPath) -> dict[str, bool]:
+    async def notify(
+        service: ServiceDep,
+        lock_id: LockIdPath,
+        gone: Annotated[str | None, Query(max_length=512, description="a queue cell (ticket) just deleted")] = None,
+        released: Annotated[str | None, Query(max_length=512, description="the holder that just let go")] = None,
+    ) -> dict[str, bool]:
         validate_lock_id(lock_id)
         await service.ready()
         assert service.hub is not None
-        return {"waiters": service.hub.notify(lock_id)}
+        return {"waiters": await service.hub.notify(lock_id, gone=gone, released=released)}
 
     @app.post("/revoke/{lock_id:path}", response_model=RevokeOut, summary="Revoke the holder (admin)")
     async def revoke(

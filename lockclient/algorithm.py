@@ -20,6 +20,7 @@ from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecor
 from lockclient.logs import get_logger
 from lockclient.store import CellStore
 from lockclient.store.counting import CountingStore
+from lockclient.wake import LocalWakeups
 
 if TYPE_CHECKING:
     from lockclient.clock import GlobalClock
@@ -63,13 +64,23 @@ class Services:
     poll_max: float
     monotonic: Callable[[], float] = time.monotonic
 
-    def announce(self, lock_id: str) -> None:
-        """The lock's holder or queue changed: wake its waiters here now, and elsewhere
-        through leasewatch (best effort, off the caller's path)."""
+    def announce(
+        self, lock_id: str, *, gone: str | None = None, released: str | None = None, remote: bool = True
+    ) -> None:
+        """The lock's holder or queue changed (queue cell ``gone``, holder ``released``): wake its
+        waiters here now, and — if ``remote`` waiters may exist — elsewhere through leasewatch
+        (best effort, off the caller's path)."""
+        reached = LocalWakeups.announce(lock_id, gone=gone, released=released)
         self.signals.notify(lock_id)
         waker = self.waker
-        if waker is not None:
-            self.keeper.defer(lambda: waker.notify(lock_id), what="notify leasewatch", lock_id=lock_id, give_up_after=0)
+        if waker is not None and remote and not reached:
+            # The next waiter is not on this machine (or watches nothing yet): tell leasewatch.
+            self.keeper.defer(
+                lambda: waker.notify(lock_id, gone=gone, released=released),
+                what="notify leasewatch",
+                lock_id=lock_id,
+                give_up_after=0,
+            )
 
 
 @dataclass

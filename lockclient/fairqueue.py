@@ -43,11 +43,11 @@ from typing import ClassVar
 
 from lockclient.algorithm import Acquisition, Services, take
 from lockclient.errors import StoreError
-from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, WaiterLease
-from lockclient.lockid import index_shard, make_owner, make_ticket, ticket_time
+from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, WaiterLease, WaiterRecord
+from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, this_host, ticket_time
 from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table, concurrently
-from lockclient.wake import Watch
+from lockclient.wake import LocalListener, LocalWakeups, Watch
 
 __all__ = ["QUEUE_SLICE", "FairQueue"]
 
@@ -58,6 +58,10 @@ QUEUE_SLICE = 64
 
 LONG_POLL_S = 2.0
 """Longest single wait on leasewatch (a missed wake-up costs at most this)."""
+
+LOCAL_PATIENCE_S = 0.5
+"""How long a waiter watching a process on its own machine relies on the local wake-up alone
+before it also asks leasewatch."""
 
 
 class _Turn(enum.Enum):
@@ -134,10 +138,17 @@ class FairQueue:
 
     def _wait_turn(self, attempt: Acquisition, waiter: WaiterLease) -> HeldLease | _Turn:
         """Listing 6 (blocking) / 7 (not): look, take when first and free, else wait."""
+        waiting = _Waiting(self.s, attempt)
+        try:
+            return self._look_and_wait(attempt, waiter, waiting)
+        finally:
+            waiting.close()
+
+    def _look_and_wait(self, attempt: Acquisition, waiter: WaiterLease, waiting: _Waiting) -> HeldLease | _Turn:
         store, lock_id, ticket = attempt.store, attempt.lock_id, waiter.ticket
         first_look = True
         delay = self.s.poll_min
-        last: Watch | None = None
+        last: tuple[int, Watch] | None = None
         while True:
             seen = self.s.signals.generation(lock_id)
             start = self.s.watermarks.start(lock_id, ticket)
@@ -165,6 +176,7 @@ class FairQueue:
                 taken = take(self.s, attempt, waiter.owner, ticket, row.get(FENCE_COLUMN))
                 if isinstance(taken, HeldLease):
                     taken.enqueued_at, taken.looked_at = waiter.enqueued_at, looked_at
+                    taken.waiters_behind = len(columns) - 1
                     return taken
                 holder = taken
                 if holder is None:
@@ -174,29 +186,21 @@ class FairQueue:
             if position == 0:
                 assert holder is not None
                 watch = Watch("holder", _holder_owner(holder))
+                ahead = watch.value
             else:
                 watch = Watch("gone", columns[min(position, len(columns)) - 1])
-            # Back off while nothing we watch changes; after a change, look again soon.
-            delay = delay * 2 if watch == last else self.s.poll_min * max(1, min(position, 4))
-            delay = min(delay, self.s.poll_max * max(1, min(position, 4)))
-            last = watch
+                ahead = _waiter_owner(cells[min(position, len(columns)) - 1].value)
+            # Polling (without a waker, or as its fallback): soon after any progress — we moved
+            # up, or what we watch changed — then back off while nothing moves; the further
+            # back in the queue, the slower (a waiter cannot move more than one place per grant).
+            scale = max(1, min(position, 4))
+            if last is not None and last == (position, watch):
+                delay = min(delay * 2, self.s.poll_max * scale)
+            else:
+                delay = self.s.poll_min * scale
+            last = (position, watch)
             attempt.check()
-            self._wait(attempt, watch, delay * random.uniform(0.5, 1.0), seen)
-
-    def _wait(self, attempt: Acquisition, watch: Watch, backoff: float, seen: int) -> None:
-        remaining = attempt.remaining()
-        if remaining is not None:
-            backoff = min(backoff, remaining)
-        waker = self.s.waker
-        if waker is not None:
-            # leasewatch answers when the watched cell or holder changes (a release tells it
-            # at once); the cap bounds what a missed wake-up can cost. With a cancel event,
-            # shorter polls so that cancelling is noticed soon.
-            cap = LONG_POLL_S if attempt.cancel is None else 0.5
-            timeout = cap if remaining is None else min(cap, remaining)
-            if timeout > 0 and waker.wait_for_change(attempt.lock_id, watch, timeout):
-                return
-        self.s.signals.wait(attempt.lock_id, seen, backoff, attempt.cancel)
+            waiting.wait(watch, delay * random.uniform(0.5, 1.0), seen, local=owner_host(ahead) == this_host())
 
     # -- leave the queue ----------------------------------------------------------------------
 
@@ -216,7 +220,7 @@ class FairQueue:
         except StoreError as exc:
             log.warning("withdraw_deferred", lock_id=lock_id, owner=waiter.owner, error=str(exc))
             self.s.keeper.defer(delete, what="withdraw a queue cell", lock_id=lock_id, give_up_after=3 * self.s.lease)
-        self.s.announce(lock_id)
+        self.s.announce(lock_id, gone=waiter.ticket)
 
     # -- release ---------------------------------------------------------------------------------
 
@@ -236,6 +240,72 @@ class FairQueue:
             self.s.watermarks.advance(self.s.store, lock_id, ticket)
 
         self.s.keeper.defer(run, what="advance the watermark", lock_id=lock_id, give_up_after=self.s.lease)
+
+
+class _Waiting:
+    """How one waiting acquisition sleeps until what it watches may have changed.
+
+    Three sources, whichever comes first: a datagram on its local wake-up socket (a release
+    on this machine, or its own background leasewatch long-poll answering), in-process
+    signals when no socket could be bound, and its own back-off (the fallback polling)."""
+
+    def __init__(self, services: Services, attempt: Acquisition) -> None:
+        self.s = services
+        self.attempt = attempt
+        self.listener: LocalListener | None = None
+        self.watching_since = 0.0
+
+    def wait(self, watch: Watch, backoff: float, seen: int, *, local: bool) -> None:
+        """``local``: what we watch belongs to a process on this machine, whose release or
+        withdrawal wakes our socket directly."""
+        attempt = self.attempt
+        lock_id = attempt.lock_id
+        fresh = self.listener is None or self.listener.watch != watch
+        if fresh:
+            if self.listener is not None:
+                self.listener.close()
+            self.listener = LocalWakeups.listen(lock_id, watch)
+            self.watching_since = self.s.monotonic()
+        elif local and self.listener is not None:
+            # Bound since our last look, and what we watch wakes us when it goes: polling is only
+            # a safety net now. (The first wait after binding stays short: a release between our
+            # look and the bind sent its datagram to nobody, and the next look catches it.)
+            backoff = max(backoff, self.s.poll_max)
+        remaining = attempt.remaining()
+        waker = self.s.waker
+        patient = self.s.monotonic() - self.watching_since > LOCAL_PATIENCE_S
+        if waker is not None and (self.listener is None or not local or patient):
+            # leasewatch answers when the watched cell or holder changes (a release tells it
+            # at once); with it, store polling only bounds what a lost wake-up can cost. Not
+            # asked while a process on this machine is what we watch: its release reaches our
+            # socket within microseconds, and an HTTP long-poll per wait would cost more CPU
+            # than it saves (asked after LOCAL_PATIENCE_S anyway, in case the datagram cannot
+            # reach us: another network namespace on the same host name).
+            cap = LONG_POLL_S if remaining is None else min(LONG_POLL_S, remaining)
+            listener = self.listener
+            if listener is not None and cap > 0:
+                if waker.watch_in_background(lock_id, watch, cap, listener.wake):
+                    backoff = max(backoff, cap)
+            elif cap > 0 and waker.wait_for_change(lock_id, watch, cap if attempt.cancel is None else 0.5):
+                return
+        if remaining is not None:
+            backoff = min(backoff, remaining)
+        if self.listener is not None:
+            self.listener.wait(backoff, attempt.cancel)
+        else:
+            self.s.signals.wait(lock_id, seen, backoff, attempt.cancel)
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+
+def _waiter_owner(raw: str) -> str:
+    try:
+        return WaiterRecord.decode(raw).owner
+    except StoreError:
+        return ""
 
 
 def _holder_owner(raw: str) -> str:

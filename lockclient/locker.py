@@ -55,7 +55,7 @@ from lockclient.lockid import INDEX_SHARDS, index_shard, ticket_time, validate_l
 from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table, concurrently
 from lockclient.store.counting import CountingStore, OpCounts
-from lockclient.wake import InProcessSignals, Waker, Watch
+from lockclient.wake import QUIET_HOLD_S, InProcessSignals, Waker, Watch
 from lockclient.watermark import Watermarks
 
 __all__ = [
@@ -556,6 +556,8 @@ class RemoteLocker:
         )
 
     def _released(self, lock: RemoteLock) -> None:
-        self._services.keeper.remove(lock._lease)
+        lease = lock._lease
+        self._services.keeper.remove(lease)
         lock._cleanup_done.set()
-        self._services.announce(lock.lock_id)
+        remote = lease.waiters_behind > 0 or lease.monotonic() - lease.holding_since > QUIET_HOLD_S
+        self._services.announce(lock.lock_id, gone=lock.ticket or None, released=lock.owner, remote=remote)

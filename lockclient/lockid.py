@@ -18,6 +18,8 @@ __all__ = [
     "index_shard",
     "make_owner",
     "make_ticket",
+    "owner_host",
+    "this_host",
     "ticket_time",
     "validate_lock_id",
 ]
@@ -62,6 +64,15 @@ def make_owner(task: str | None = None) -> str:
     who = task or threading.current_thread().name
     who = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in who)[:32]
     return f"{_HOST}.{os.getpid()}.{who}.{secrets.token_hex(4)}"
+
+
+def owner_host(owner: str) -> str:
+    """The host part of an owner id (``host.pid.thread.random``; the host may contain dots)."""
+    return owner.rsplit(".", 3)[0]
+
+
+def this_host() -> str:
+    return _HOST
 
 
 def make_ticket(time_us: int, owner: str) -> str:

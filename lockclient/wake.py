@@ -1,26 +1,42 @@
-"""Waking waiters: in-process signals, and leasewatch's long-poll across processes.
+"""Waking waiters: on one machine directly, across machines through leasewatch.
 
 A waiter waits for exactly one thing (ZooKeeper's lock recipe watches its predecessor
 the same way): a waiter behind others waits for the queue cell just ahead of it to be
 gone; the waiter at the head waits for the holder to change. So a release wakes the
 next waiter only, not everyone in the queue.
 
-* **In-process**: a release or a withdrawal bumps a per-lock generation; waiters of
-  that lock id in the same process wake at once (:class:`InProcessSignals`).
-* **Across processes**: the releaser tells leasewatch (``POST /notify/{id}``), which
-  re-reads that lock at once and answers the long-polls (``GET /wait/{id}``) of the
-  waiters whose watched cell or holder changed; leasewatch also polls the store for
-  changes nobody announced (a crashed holder's revocation). Any failure (leasewatch
-  down, slow, misconfigured) makes the waiter fall back to its own capped back-off
-  polling, and skips leasewatch for a growing cool-down — the lock never depends on
-  leasewatch for correctness, only for fewer store reads and quicker hand-overs.
+* **On one machine** (:class:`LocalWakeups`, Linux): a waiter binds an abstract Unix
+  datagram socket *named after what it watches* — the lock id and that ticket, or that
+  holder. A releaser (or a withdrawing waiter) sends one empty datagram to the names of
+  what it just removed; if the waiter that watches it runs on this machine (any process,
+  the same one included), it wakes within microseconds. Nobody listening: the send
+  fails silently. No registration, no server, no store round trip.
+* **Across machines**: the releaser tells leasewatch (``POST /notify/{id}``, with what
+  it removed), which answers at once the long-polls (``GET /wait/{id}``) of the waiters
+  watching that, and polls the store for changes nobody announced (a crashed holder's
+  revocation). A waiter runs its long-poll in the background and wakes on whichever
+  comes first. Any failure (leasewatch down, slow, misconfigured) makes the waiter fall
+  back to its own capped back-off polling, and skips leasewatch for a growing cool-down —
+  the lock never depends on leasewatch for correctness, only for fewer store reads and
+  quicker hand-overs.
+* **Fallback** where abstract sockets are unavailable: in-process waiters are woken by
+  :class:`InProcessSignals`; others poll.
+
+A wake-up is only ever a hint: the waiter reads the store before acting on it, so a
+lost, late, duplicated or forged datagram costs at most a read or a poll interval.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import itertools
+import socket
+import sys
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, Protocol
 from urllib.parse import quote
@@ -29,9 +45,14 @@ import httpx
 
 from lockclient.logs import get_logger
 
-__all__ = ["InProcessSignals", "LeasewatchWaker", "Waker", "Watch"]
+__all__ = ["QUIET_HOLD_S", "InProcessSignals", "LeasewatchWaker", "LocalWakeups", "Waker", "Watch"]
 
 log = get_logger("lockclient.wake")
+
+QUIET_HOLD_S = 0.01
+"""A release tells leasewatch only if its grant saw a waiter behind it, or it held the lock
+longer than this — leasewatch's own store poll of awaited locks (``WAIT_POLL_S``, 10 ms)
+finds a waiter that came later as soon as a notice would."""
 
 _COOLDOWN_S = 1.0
 _MAX_COOLDOWN_S = 10.0
@@ -48,15 +69,22 @@ class Watch:
 
 
 class Waker(Protocol):
-    """Cross-process wake-ups. leasewatch implements it (:class:`LeasewatchWaker`)."""
+    """Cross-machine wake-ups. leasewatch implements it (:class:`LeasewatchWaker`)."""
 
     def wait_for_change(self, lock_id: str, watch: Watch, timeout: float) -> bool:
         """Block until ``watch`` no longer describes the lock, or ``timeout`` elapses.
         Return False at once (without waiting) if the service is unavailable."""
         ...
 
-    def notify(self, lock_id: str) -> None:
-        """The lock's holder or queue just changed: wake its waiters now. Best effort."""
+    def watch_in_background(self, lock_id: str, watch: Watch, timeout: float, on_change: Callable[[], None]) -> bool:
+        """Like :meth:`wait_for_change`, on the waker's own thread: call ``on_change`` when it
+        returns because something changed. At most one such wait per (lock id, watch).
+        False (and nothing started) when the service is known to be unavailable."""
+        ...
+
+    def notify(self, lock_id: str, *, gone: str | None = None, released: str | None = None) -> None:
+        """The lock's holder or queue just changed — the queue cell ``gone`` was deleted, the
+        holder ``released`` let go — wake its waiters now. Best effort; waiters re-read anyway."""
         ...
 
 
@@ -109,8 +137,106 @@ class InProcessSignals:
                     del self._waiting[lock_id]
 
 
+def _wake_name(lock_id: str, kind: str, value: str) -> bytes:
+    digest = hashlib.sha256(f"{lock_id}\0{kind}\0{value}".encode()).hexdigest()[:40]
+    return b"\0chronolock-wake/" + digest.encode()
+
+
+class LocalListener:
+    """One waiter's wake-up socket, bound to the name of what it watches."""
+
+    def __init__(self, sock: socket.socket, name: bytes, watch: Watch) -> None:
+        self._sock = sock
+        self.name = name
+        self.watch = watch
+
+    def wait(self, timeout: float, cancel: threading.Event | None = None) -> bool:
+        """True when woken, False after ``timeout`` (or once ``cancel`` is set)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (cancel is not None and cancel.is_set()):
+                return False
+            # With a cancel event, look at it at least every 50 ms (an Event cannot wake a socket).
+            self._sock.settimeout(min(remaining, 0.05) if cancel is not None else remaining)
+            try:
+                self._sock.recv(16)
+            except TimeoutError:
+                continue
+            except OSError:
+                return False
+            self._drain()
+            return True
+
+    def _drain(self) -> None:
+        self._sock.setblocking(False)
+        with contextlib.suppress(OSError):
+            while True:
+                self._sock.recv(16)
+
+    def wake(self) -> None:
+        """Wake this listener (from another thread: a background long-poll that answered)."""
+        LocalWakeups.send(self.name)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class LocalWakeups:
+    """Wake-ups between processes on one machine: abstract Unix datagram sockets (Linux)."""
+
+    available = sys.platform.startswith("linux")
+
+    @staticmethod
+    def listen(lock_id: str, watch: Watch) -> LocalListener | None:
+        """Bind the wake-up name of ``watch``; None if unavailable or already taken (then the
+        caller polls: two waiters never legitimately watch the same thing for long)."""
+        if not LocalWakeups.available:
+            return None
+        name = _wake_name(lock_id, watch.kind, watch.value)
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        except OSError:
+            return None  # out of descriptors, or no AF_UNIX: poll instead
+        try:
+            sock.bind(name)
+        except OSError:
+            sock.close()
+            return None
+        return LocalListener(sock, name, watch)
+
+    @staticmethod
+    def send(name: bytes) -> bool:
+        """True if a listener on this machine got it (an abstract name nobody bound refuses)."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.setblocking(False)
+                sock.sendto(b"!", name)
+        except BlockingIOError:
+            return True  # its buffer is full of wake-ups: it is awake anyway
+        except OSError:
+            return False  # nobody listens on this machine
+        return True
+
+    @staticmethod
+    def announce(lock_id: str, *, gone: str | None = None, released: str | None = None) -> bool:
+        """Wake the local waiter watching the queue cell ``gone`` and the one watching the
+        holder ``released``, if they run on this machine. True if one of them was reached."""
+        if not LocalWakeups.available:
+            return False
+        reached = False
+        if gone is not None:
+            reached |= LocalWakeups.send(_wake_name(lock_id, "gone", gone))
+        if released is not None:
+            reached |= LocalWakeups.send(_wake_name(lock_id, "holder", released))
+        return reached
+
+
 class LeasewatchWaker:
     """:class:`Waker` over leasewatch's ``GET /wait/{id}`` and ``POST /notify/{id}``."""
+
+    _BACKGROUND = 32
+    """Concurrent background long-polls per waker (one per waiting acquisition)."""
 
     def __init__(self, url: str, *, timeout: float = 2.0) -> None:
         if not url.startswith(("http://", "https://")):
@@ -124,6 +250,8 @@ class LeasewatchWaker:
         self.wakeups = 0
         self.fallbacks = 0
         self.notifications = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: set[tuple[str, Watch]] = set()
 
     def _available(self) -> bool:
         with self._lock:
@@ -133,6 +261,8 @@ class LeasewatchWaker:
             return True
 
     def _failed(self, exc: Exception, what: str) -> None:
+        if self._client.is_closed:
+            return  # closed under a background long-poll: not leasewatch's fault
         with self._lock:
             self._failures += 1
             self.fallbacks += 1
@@ -162,11 +292,42 @@ class LeasewatchWaker:
             self.wakeups += 1
         return True
 
-    def notify(self, lock_id: str) -> None:
+    def watch_in_background(self, lock_id: str, watch: Watch, timeout: float, on_change: Callable[[], None]) -> bool:
+        key = (lock_id, watch)
+        with self._lock:
+            if time.monotonic() < self._skip_until:
+                return False  # leasewatch failed recently: the caller polls
+            if key in self._pending:
+                return True
+            self._pending.add(key)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._BACKGROUND, thread_name_prefix="chronolock-longpoll")
+            pool = self._pool
+
+        def run() -> None:
+            try:
+                if self.wait_for_change(lock_id, watch, timeout):
+                    on_change()
+            finally:
+                with self._lock:
+                    self._pending.discard(key)
+
+        try:
+            pool.submit(run)
+        except RuntimeError:  # closed meanwhile
+            with self._lock:
+                self._pending.discard(key)
+            return False
+        return True
+
+    def notify(self, lock_id: str, *, gone: str | None = None, released: str | None = None) -> None:
         if not self._available():
             return
+        params = {k: v for k, v in (("gone", gone), ("released", released)) if v is not None}
         try:
-            self._client.post(f"{self.url}/notify/{quote(lock_id, safe='')}", timeout=self._timeout).raise_for_status()
+            self._client.post(
+                f"{self.url}/notify/{quote(lock_id, safe='')}", params=params, timeout=self._timeout
+            ).raise_for_status()
         except httpx.HTTPError as exc:
             self._failed(exc, "notify")
             return
@@ -174,4 +335,8 @@ class LeasewatchWaker:
             self.notifications += 1
 
     def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
         self._client.close()

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from lockclient import RemoteLocker, open_store
-from lockclient.wake import LeasewatchWaker
+from lockclient.wake import LeasewatchWaker, LocalWakeups
 from tests.support.procs import Fleet
 
 pytestmark = pytest.mark.slow
@@ -102,18 +102,22 @@ def test_bad_http_input_gets_a_clear_4xx(processes: Fleet, sqlite_url: str) -> N
         assert http.get("/openapi.json").json()["info"]["title"] == "chronolock leasewatch"
 
 
-def test_wakeups_cut_store_operations_per_contended_acquisition(processes: Fleet, sqlite_url: str) -> None:
+def test_wakeups_cut_store_operations_per_contended_acquisition(
+    processes: Fleet, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lw = processes.leasewatch(sqlite_url)
     lw.wait_ready()
 
-    def contend(lock_id: str, use_waker: bool) -> list[dict[str, int]]:
+    def contend(lock_id: str, *, use_leasewatch: bool, local: bool) -> list[dict[str, int]]:
+        # Local wake-ups are process-wide: off, these lockers behave like ones on other machines.
+        monkeypatch.setattr(LocalWakeups, "available", local)
         ops: list[dict[str, int]] = []
         lockers = [
             RemoteLocker(
                 open_store(sqlite_url),
                 lease=5,
                 owns_store=True,
-                waker=LeasewatchWaker(lw.url) if use_waker else None,
+                waker=LeasewatchWaker(lw.url) if use_leasewatch else None,
             )
             for _ in range(4)
         ]
@@ -133,18 +137,19 @@ def test_wakeups_cut_store_operations_per_contended_acquisition(processes: Fleet
             lk.close()
         return ops
 
-    polling = contend("no-wake", use_waker=False)
-    waking = contend("wake", use_waker=True)
-    assert len(polling) == len(waking) == 60
-    # Every acquisition costs the same ~11 writes and reads to enqueue, take, fence and
-    # release; what wake-ups remove is the polling of the queue while waiting.
-    polls = statistics.mean(o.get("read_row", 0) for o in polling)
-    wakes = statistics.mean(o.get("read_row", 0) for o in waking)
-    total_polling = statistics.mean(sum(o.values()) for o in polling)
-    total_waking = statistics.mean(sum(o.values()) for o in waking)
-    print(f"row reads/acq: polling {polls:.1f}, wake-ups {wakes:.1f}; total {total_polling:.1f} vs {total_waking:.1f}")
-    assert wakes < 0.5 * polls  # measured here: ~0.31 (16 -> 5 row reads per acquisition)
-    assert total_waking < 0.75 * total_polling  # measured here: ~0.51 (22 -> 11.3)
+    polling = contend("poll", use_leasewatch=False, local=False)
+    leasewatch = contend("leasewatch", use_leasewatch=True, local=False)
+    local = contend("local", use_leasewatch=False, local=True)
+    assert len(polling) == len(leasewatch) == len(local) == 60
+    # Every acquisition costs the same writes and reads to enqueue, look and take; what
+    # wake-ups remove is the polling of the queue while waiting.
+    reads = {
+        name: statistics.mean(o.get("read_row", 0) for o in runs)
+        for name, runs in (("polling", polling), ("leasewatch", leasewatch), ("local", local))
+    }
+    print(f"row reads per contended acquisition: {reads}")
+    assert reads["leasewatch"] < 0.5 * reads["polling"]
+    assert reads["local"] < 0.5 * reads["polling"]
 
 
 def test_operator_page_shows_a_held_lock_in_a_real_browser(processes: Fleet, sqlite_url: str, tmp_path: Path) -> None:

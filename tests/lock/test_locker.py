@@ -23,6 +23,7 @@ from lockclient import (
     LockLost,
     LockNotOwned,
     LockTimeout,
+    RemoteLock,
     RemoteLocker,
     StaleFencingToken,
     open_store,
@@ -344,3 +345,51 @@ def test_owners_are_unique_and_readable() -> None:
     owners = {make_owner() for _ in range(1000)}
     assert len(owners) == 1000
     assert all("MainThread" in o for o in owners)
+
+
+def test_local_wakeups_reach_exactly_the_watcher_of_what_was_removed() -> None:
+    from lockclient.wake import LocalWakeups, Watch
+
+    if not LocalWakeups.available:
+        pytest.skip("abstract Unix sockets are Linux-only")
+    cell = Watch("gone", make_ticket(5, "a"))
+    holder = Watch("holder", "host.1.t.abc")
+    listener = LocalWakeups.listen("wl", cell)
+    assert listener is not None
+    assert LocalWakeups.listen("wl", cell) is None, "one watcher per name: a second bind falls back to polling"
+    other = LocalWakeups.listen("wl", holder)
+    assert other is not None
+    try:
+        assert not listener.wait(0.01)
+        assert LocalWakeups.announce("wl", gone=cell.value) is True
+        assert listener.wait(1.0) and not other.wait(0.01)
+        assert LocalWakeups.announce("wl", released="host.1.t.abc") is True
+        assert other.wait(1.0) and not listener.wait(0.01)
+        assert LocalWakeups.announce("another-lock", gone=cell.value) is False  # nobody watches that
+        cancel = threading.Event()
+        cancel.set()
+        started = time.monotonic()
+        assert not listener.wait(5.0, cancel) and time.monotonic() - started < 1.0
+    finally:
+        listener.close()
+        other.close()
+    assert LocalWakeups.announce("wl", gone=cell.value) is False
+
+
+def test_waiters_are_served_when_local_wakeups_are_unavailable(
+    locker: RemoteLocker, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lockclient.wake import LocalWakeups
+
+    monkeypatch.setattr(LocalWakeups, "available", False)
+    done: list[RemoteLock] = []
+    with other_locker(sqlite_url) as other:
+        first = locker.get_lock("nolocal")
+        t = threading.Thread(target=lambda: done.append(other.get_lock("nolocal", timeout=20)))
+        t.start()
+        while len(locker.status("nolocal").queue) < 2:
+            threading.Event().wait(0.01)
+        first.release()
+        t.join(timeout=20)
+        assert [lock.fencing_token for lock in done] == [2]
+        assert done[0].release() is True
