@@ -50,6 +50,7 @@ from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
 from cassandra.connection import ConnectionException
 from cassandra.policies import (
+    ConstantSpeculativeExecutionPolicy,
     DCAwareRoundRobinPolicy,
     FallthroughRetryPolicy,
     RetryPolicy,
@@ -76,7 +77,11 @@ from lockclient.store.base import (
 from lockclient.store.url import StoreUrl, parse_store_url
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_HEARTBEAT",
     "DEFAULT_PORT",
+    "DEFAULT_PROTOCOL_VERSION",
+    "DEFAULT_SPECULATE_AFTER",
     "DEFAULT_TIMEOUT",
     "PROFILE_CAS",
     "PROFILE_SERIAL",
@@ -86,8 +91,25 @@ __all__ = [
 ]
 
 DEFAULT_PORT: Final = 9042
-DEFAULT_TIMEOUT: Final = 5.0
-"""Seconds per request (URL option ``timeout``); also bounds connecting."""
+DEFAULT_TIMEOUT: Final = 2.0
+"""Seconds per request (URL option ``timeout``). Shorter than a lease's renewal interval (lease/3,
+3.3 s by default): a request stuck on a node that stopped answering must end — and be retried
+elsewhere, or resolved — while the lease is still valid."""
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+"""Seconds to connect (URL option ``connect_timeout``)."""
+DEFAULT_HEARTBEAT: Final = 1.0
+"""Seconds between heartbeats on a connection that received nothing (URL option ``heartbeat``;
+0 turns them off). A node that stops answering (SIGSTOP, a GC pause, a frozen VM) stays "up" in
+gossip for as long as it is stopped, so the driver would keep sending it requests that wait out
+their timeouts; a heartbeat unanswered within ``timeout`` marks its connections defunct and the
+host down, and requests go to the other replicas."""
+DEFAULT_SPECULATE_AFTER: Final = 0.2
+"""Seconds after which an idempotent statement (every last-write-wins read and write: they carry
+explicit timestamps) is also sent to the next replica (URL option ``speculate_after``; 0 = never).
+Compare-and-sets and serial reads are never sent twice."""
+DEFAULT_PROTOCOL_VERSION: Final = 5
+"""Native protocol of Cassandra 4.x/5.x. Pinned, so that connecting does not negotiate downwards
+with a WARNING per connection; ``protocol_version=4`` for older servers."""
 
 PROFILE_SERIAL: Final = "chronolock-serial"
 """Execution profile for linearizable reads of the versioned table (SERIAL / LOCAL_SERIAL)."""
@@ -132,6 +154,13 @@ def translate_error(exc: BaseException, what: str) -> StoreError:
         # acceptors but not a quorum. Unknown, not failed: resolved by re-reading.
         return StoreUnavailable(f"Cassandra during {what}: compare-and-set result unknown ({exc.message})")
     return StoreError(f"Cassandra failed during {what}: {exc}")
+
+
+def _idempotent(statement: Any) -> Any:
+    """Last-write-wins statements carry explicit timestamps: sending one twice changes nothing,
+    so the driver may retry it or send it to a second replica (speculative execution)."""
+    statement.is_idempotent = True
+    return statement
 
 
 def _ttl_seconds(ttl: float | None) -> int | None:
@@ -212,16 +241,15 @@ class _ModernDialect(_Dialect):
     supports_lwt = True
     ddl_if_not_exists = True
 
-    def __init__(self, keyspace: str, protocol_version: int | None) -> None:
+    def __init__(self, keyspace: str, protocol_version: int | None, *, speculate_after: float = 0.0) -> None:
         super().__init__(keyspace)
         self._protocol_version = protocol_version
+        self._speculate_after = speculate_after
         self._prepared: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def cluster_options(self, username: str | None, password: str | None) -> dict[str, Any]:
-        options: dict[str, Any] = {}
-        if self._protocol_version is not None:
-            options["protocol_version"] = self._protocol_version
+        options: dict[str, Any] = {"protocol_version": self._protocol_version or DEFAULT_PROTOCOL_VERSION}
         if username is not None:
             options["auth_provider"] = PlainTextAuthProvider(username=username, password=password or "")
         return options
@@ -237,10 +265,16 @@ class _ModernDialect(_Dialect):
 
         def balancing() -> TokenAwarePolicy:
             # Without a dc the policy adopts the datacenter of the first contact point.
-            # Each profile gets its own policy instance (the driver requires it).
-            return TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=dc) if dc else DCAwareRoundRobinPolicy())
+            # Each profile gets its own policy instance (the driver requires it). Replicas in
+            # random order: with a fixed order every request for a lock goes first to the same
+            # replica, and if that one has stopped answering, every one of them waits for it.
+            child = DCAwareRoundRobinPolicy(local_dc=dc) if dc else DCAwareRoundRobinPolicy()
+            return TokenAwarePolicy(child, shuffle_replicas=True)
 
         common: dict[str, Any] = {"request_timeout": timeout, "row_factory": tuple_factory}
+        speculation = (
+            ConstantSpeculativeExecutionPolicy(self._speculate_after, 1) if self._speculate_after > 0 else None
+        )
         return {
             # Last-write-wins reads and writes. Writes carry explicit timestamps, so they are
             # idempotent and the driver's default retry policy may safely resend them.
@@ -249,6 +283,7 @@ class _ModernDialect(_Dialect):
                 retry_policy=RetryPolicy(),
                 consistency_level=quorum,
                 serial_consistency_level=serial,
+                speculative_execution_policy=speculation,
                 **common,
             ),
             # Linearizable reads of the versioned table: a SERIAL read runs a Paxos round,
@@ -284,9 +319,9 @@ class _ModernDialect(_Dialect):
         target = self.table(table)
         if ttl is None:
             cql = f"INSERT INTO {target} (row, col, value) VALUES (?, ?, ?) USING TIMESTAMP ?"
-            return self.prepare(cql).bind((row, column, value, timestamp)), None
+            return _idempotent(self.prepare(cql).bind((row, column, value, timestamp))), None
         cql = f"INSERT INTO {target} (row, col, value) VALUES (?, ?, ?) USING TIMESTAMP ? AND TTL ?"
-        return self.prepare(cql).bind((row, column, value, timestamp, ttl)), None
+        return _idempotent(self.prepare(cql).bind((row, column, value, timestamp, ttl))), None
 
     def put_cells(self, table: str, row: str, cells: dict[str, str], timestamp: int, ttl: int | None) -> _Query:
         base = f"INSERT INTO {self.table(table)} (row, col, value) VALUES (?, ?, ?) USING TIMESTAMP ?"
@@ -294,15 +329,15 @@ class _ModernDialect(_Dialect):
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for column, value in cells.items():
             batch.add(insert, (row, column, value, timestamp) if ttl is None else (row, column, value, timestamp, ttl))
-        return batch, None
+        return _idempotent(batch), None
 
     def delete(self, table: str, row: str, column: str, timestamp: int) -> _Query:
         cql = f"DELETE FROM {self.table(table)} USING TIMESTAMP ? WHERE row = ? AND col = ?"
-        return self.prepare(cql).bind((timestamp, row, column)), None
+        return _idempotent(self.prepare(cql).bind((timestamp, row, column))), None
 
     def get(self, table: str, row: str, column: str) -> _Query:
         cql = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = ? AND col = ?"
-        return self.prepare(cql).bind((row, column)), None
+        return _idempotent(self.prepare(cql).bind((row, column))), None
 
     def read_row(self, table: str, row: str, start: str, limit: int | None) -> _Query:
         base = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = ? AND col >= ?"
@@ -312,7 +347,7 @@ class _ModernDialect(_Dialect):
         else:
             bound = self.prepare(f"{base} LIMIT ?").bind((row, start, limit))
             bound.fetch_size = min(limit, _PAGE_SIZE)
-        return bound, None
+        return _idempotent(bound), None
 
     # -- the versioned table (LWT only) ----------------------------------------------------
 
@@ -442,7 +477,9 @@ def _dialect_for(url: StoreUrl) -> _Dialect:
     if protocol_version is not None and protocol_version < 3:
         # v2 (Cassandra 2.0) has LWT but no serial consistency on batches: unsupported.
         raise ConfigurationError(f"protocol_version={protocol_version} is not supported: use 1 (Cassandra 1.2) or 3+")
-    return _ModernDialect(keyspace, protocol_version)
+    return _ModernDialect(
+        keyspace, protocol_version, speculate_after=url.float_option("speculate_after", DEFAULT_SPECULATE_AFTER)
+    )
 
 
 def connect_cluster(
@@ -474,8 +511,10 @@ def connect_cluster(
             contact_points=list(parsed.hosts),
             port=parsed.port or DEFAULT_PORT,
             execution_profiles=dialect.profiles(dc, timeout, local=scope == "datacenter"),
-            connect_timeout=timeout,
-            control_connection_timeout=timeout,
+            connect_timeout=parsed.float_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+            control_connection_timeout=parsed.float_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+            idle_heartbeat_interval=parsed.float_option("heartbeat", DEFAULT_HEARTBEAT),
+            idle_heartbeat_timeout=timeout,
             **dialect.cluster_options(user, secret),
         )
     except Exception as exc:

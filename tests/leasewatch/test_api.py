@@ -186,9 +186,10 @@ def test_operator_page_shows_a_held_lock_in_a_real_browser(processes: Fleet, sql
     assert '<div id="error"></div>' in dom  # the page loaded its data without an error
 
 
-def test_waiters_fall_back_to_polling_when_leasewatch_is_away(sqlite_url: str) -> None:
+def test_waiters_fall_back_to_polling_when_leasewatch_is_away(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.support.procs import free_port
 
+    monkeypatch.setattr(LocalWakeups, "available", False)  # as if every waiter ran on its own machine
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     wakers = [LeasewatchWaker(dead, timeout=0.5) for _ in range(3)]
     lockers = [RemoteLocker(open_store(sqlite_url), lease=5, owns_store=True, waker=w) for w in wakers]

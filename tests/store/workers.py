@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+
 from lockclient.store import Table, open_store
+
+
+def counter_value(raw: str | None) -> int:
+    return int((raw or "0").partition("|")[0])
 
 
 def write_versions(url: str, row: str, column: str, timestamps: list[int]) -> None:
@@ -19,13 +25,17 @@ def append_columns(url: str, row: str, prefix: str, count: int) -> None:
 
 
 def cas_increment(url: str, row: str, times: int) -> int:
-    """Increment a counter cell `times` times by read-modify-write compare-and-set; returns retries."""
+    """Increment a counter cell `times` times by read-modify-write compare-and-set; returns retries.
+
+    Values are ``"<n>|<writer>"``: unique, as the port's contract requires (lockclient/store/
+    base.py) — that is what lets an unknown or re-proposed outcome be recognised as ours."""
     retries = 0
+    me = uuid.uuid4().hex
     with open_store(url) as store:
         done = 0
         while done < times:
             current = store.read_versioned(row).get("counter")
-            nxt = str(int(current or "0") + 1)
+            nxt = f"{counter_value(current) + 1}|{me}"
             if store.compare_and_set(row, {"counter": current}, {"counter": nxt}).applied:
                 done += 1
             else:
