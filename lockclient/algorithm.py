@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 from lockclient.errors import LockCancelled, LockTimeout, StoreUnavailable
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, format_fence, parse_fence
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["Acquisition", "Algorithm", "Services", "Timestamps", "take"]
 
 log = get_logger("lockclient")
+
+T = TypeVar("T")
 
 
 class Timestamps:
@@ -104,6 +106,34 @@ class Acquisition:
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def retrying(self, step: Callable[[], T]) -> T:
+        """Run an idempotent store step (reads, timestamped writes); while the store is away,
+        try again with back-off for as long as the caller is willing to wait. Only the caller's
+        deadline (or cancel) turns a store outage into an error: ``LockTimeout`` with the store's
+        error as its cause. A call that does not wait (``try_get_lock``) gets the store's error."""
+        pause = 0.05
+        while True:
+            try:
+                return step()
+            except StoreUnavailable as exc:
+                if not self.blocking:
+                    raise
+                remaining = self.remaining()
+                if (self.cancel is not None and self.cancel.is_set()) or (remaining is not None and remaining <= 0):
+                    self.check()
+                    raise
+                log.warning("store_unavailable_retrying", lock_id=self.lock_id, error=str(exc), pause=pause)
+                wait = pause if remaining is None else min(pause, remaining)
+                if self.cancel is not None:
+                    self.cancel.wait(wait)
+                else:
+                    threading.Event().wait(wait)
+                pause = min(pause * 2, 1.0)
+                try:
+                    self.check()
+                except LockTimeout as timeout:
+                    raise timeout from exc
 
 
 class Algorithm(Protocol):

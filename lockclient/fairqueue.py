@@ -46,7 +46,7 @@ from lockclient.errors import StoreError
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, WaiterLease, WaiterRecord
 from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, this_host, ticket_time
 from lockclient.logs import get_logger
-from lockclient.store import CellStore, Table, concurrently
+from lockclient.store import Cell, CellStore, Table, concurrently
 from lockclient.wake import LocalListener, LocalWakeups, Watch
 
 __all__ = ["QUEUE_SLICE", "FairQueue"]
@@ -121,13 +121,15 @@ class FairQueue:
         waiter = WaiterLease(lock_id, owner, make_ticket(now, owner), self.s.lease, monotonic=self.s.monotonic)
         stamp = self.s.timestamps.next(now)
         try:
-            store.run_concurrently(
-                [
-                    lambda: store.put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, timestamp=stamp),
-                    # Every time, not only the first: leasewatch drops idle ids from the index,
-                    # and a re-listing must never depend on this process remembering it.
-                    lambda: store.put(Table.INDEX, index_shard(lock_id), lock_id, "", timestamp=stamp),
-                ]
+            attempt.retrying(
+                lambda: store.run_concurrently(
+                    [
+                        lambda: store.put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, timestamp=stamp),
+                        # Every time, not only the first: leasewatch drops idle ids from the index,
+                        # and a re-listing must never depend on this process remembering it.
+                        lambda: store.put(Table.INDEX, index_shard(lock_id), lock_id, "", timestamp=stamp),
+                    ]
+                )
             )
         except BaseException:
             self._withdraw(store, waiter)
@@ -153,12 +155,7 @@ class FairQueue:
             seen = self.s.signals.generation(lock_id)
             start = self.s.watermarks.start(lock_id, ticket)
             looked_at = self.s.monotonic()
-            cells, row, marks = concurrently(
-                store,
-                partial(store.read_row, Table.QUEUE, lock_id, start=start, limit=QUEUE_SLICE),
-                lambda: store.read_versioned(lock_id, serial=False),
-                lambda: store.read_row(Table.WATERMARK, lock_id),
-            )
+            cells, row, marks = attempt.retrying(partial(self._look, store, lock_id, start))
             _, proposed = self.s.watermarks.observe(lock_id, marks)
             if first_look:
                 first_look = False
@@ -201,6 +198,17 @@ class FairQueue:
             last = (position, watch)
             attempt.check()
             waiting.wait(watch, delay * random.uniform(0.5, 1.0), seen, local=owner_host(ahead) == this_host())
+
+    @staticmethod
+    def _look(store: CellStore, lock_id: str, start: str) -> tuple[list[Cell], dict[str, str], list[Cell]]:
+        """One look, one round trip: the queue from ``start``, the lease row (a plain read, no
+        Paxos round) and the watermark row."""
+        return concurrently(
+            store,
+            lambda: store.read_row(Table.QUEUE, lock_id, start=start, limit=QUEUE_SLICE),
+            lambda: store.read_versioned(lock_id, serial=False),
+            lambda: store.read_row(Table.WATERMARK, lock_id),
+        )
 
     # -- leave the queue ----------------------------------------------------------------------
 

@@ -12,12 +12,16 @@ Example::
 
     guard = FencedResource(store, "ledger:42")
     with locker.get_lock("account:42") as lock:
-        guard.write(lock.fencing_token, "balance", "100")   # raises StaleFencingToken if superseded
+        guard.write(lock.fencing_token, "balance", "100", holder=lock.owner)  # StaleFencingToken if superseded
 """
 
 from __future__ import annotations
 
-from lockclient.errors import ChronolockError
+import threading
+import time
+from collections.abc import Callable
+
+from lockclient.errors import ChronolockError, StoreUnavailable
 from lockclient.store import CellStore, VersionedTable
 
 __all__ = ["FencedResource", "StaleFencingToken"]
@@ -70,16 +74,34 @@ class FencedResource:
     def highest_token(self) -> int:
         return _parse_max(self._row().get(_MAX))[0]
 
-    def admit(self, token: int, *, holder: str | None = None) -> None:
+    def admit(self, token: int, *, holder: str | None = None, timeout: float | None = 10.0) -> None:
         """Record ``token`` as seen; raise :class:`StaleFencingToken` if it must be refused."""
-        self._apply(token, holder, {})
+        self._retrying(lambda: self._apply(token, holder, {}), timeout)
 
-    def write(self, token: int, key: str, value: str | None, *, holder: str | None = None) -> None:
+    def write(
+        self, token: int, key: str, value: str | None, *, holder: str | None = None, timeout: float | None = 10.0
+    ) -> None:
         """Set (``None``: delete) ``key`` iff ``token`` is acceptable — checked and written in
-        one compare-and-set."""
+        one compare-and-set. While the store is unavailable the write is retried for up to
+        ``timeout`` seconds (it is idempotent: the same token, holder and value again change
+        nothing), then :class:`~lockclient.errors.StoreUnavailable` is raised."""
         if key == _MAX:
             raise ValueError(f"{_MAX!r} is reserved")
-        self._apply(token, holder, {key: value})
+        self._retrying(lambda: self._apply(token, holder, {key: value}), timeout)
+
+    @staticmethod
+    def _retrying(step: Callable[[], None], timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.05
+        while True:
+            try:
+                step()
+                return
+            except StoreUnavailable:
+                if deadline is not None and time.monotonic() + pause >= deadline:
+                    raise
+                threading.Event().wait(pause)
+                pause = min(pause * 2, 1.0)
 
     def read(self, key: str) -> str | None:
         return self._row().get(key)

@@ -33,12 +33,10 @@ def local_cassandra_url(local_cassandra: LocalCassandraNode) -> str:
 
 @pytest.fixture(scope="session")
 def modern_cassandra_url() -> str:
-    from tests.support.cassandra_node import ensure_keyspace
+    """``CHRONOLOCK_TEST_CASSANDRA=host[,host...]:port``: a keyspace at RF = live nodes (max 3)."""
+    from tests.support.cassandra_node import modern_test_url
 
-    host, _, port = os.environ["CHRONOLOCK_TEST_CASSANDRA"].partition(":")
-    url = f"cassandra://{host}:{port or 9042}/chronolock_test"
-    ensure_keyspace(url)
-    return url
+    return modern_test_url(os.environ["CHRONOLOCK_TEST_CASSANDRA"])
 
 
 @pytest.fixture

@@ -356,7 +356,7 @@ class _ModernDialect(_Dialect):
         # A lease row holds a handful of cells: one unpaged response, which also keeps the
         # SERIAL read a single Paxos-protected read of the partition.
         bound.fetch_size = None
-        return bound, None
+        return _idempotent(bound), None
 
     def cas_batch(
         self, table: str, row: str, expected: Mapping[str, str | None], updates: Mapping[str, str | None]
@@ -662,9 +662,20 @@ class CassandraStore(CellStore):
         self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
     ) -> dict[str, str]:
         dialect = self._modern()
-        query = self._statement(dialect.read_versioned, table.value, row)
         profile = PROFILE_SERIAL if serial else EXEC_PROFILE_DEFAULT
-        return {col: value for col, value in self._rows(query, "read_versioned", profile) if value is not None}
+        give_up_at = time.monotonic() + self._resolve_for
+        pause = 0.01
+        while True:
+            query = self._statement(dialect.read_versioned, table.value, row)
+            try:
+                return {col: value for col, value in self._rows(query, "read_versioned", profile) if value is not None}
+            except StoreUnavailable:
+                # A SERIAL read is a Paxos round: under contention on a ring it can time out or
+                # answer 0x1700 like a write. It is a read, so trying again is always safe.
+                if not serial or time.monotonic() + pause >= give_up_at:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
 
     def compare_and_set(
         self,

@@ -271,6 +271,30 @@ class LocalCassandraNode:
             cluster.shutdown()
 
 
+def live_nodes(hosts_port: str) -> int:
+    """How many nodes of the cluster at ``host[,host...]:port`` are up (the driver's view)."""
+    from lockclient.store.cassandra import connect_cluster
+
+    cluster, _, _ = connect_cluster(f"cassandra://{hosts_port}/system")
+    try:
+        return sum(1 for host in cluster.metadata.all_hosts() if host.is_up)
+    finally:
+        cluster.shutdown()
+
+
+def modern_test_url(target: str) -> str:
+    """The store URL for ``CHRONOLOCK_TEST_CASSANDRA`` (``host[,host...]:port``): keyspace
+    ``chronolock_test`` at RF 1, ``chronolock_test_rf<N>`` at RF = live nodes (max 3), created
+    (tables too) if missing."""
+    hosts, _, port = target.rpartition(":") if ":" in target else (target, "", "9042")
+    hosts_port = f"{hosts}:{port or 9042}"
+    rf = min(3, max(1, live_nodes(hosts_port)))
+    keyspace = "chronolock_test" if rf == 1 else f"chronolock_test_rf{rf}"
+    url = f"cassandra://{hosts_port}/{keyspace}"
+    create_schema(url, replication_factor=rf)
+    return url
+
+
 def ensure_keyspace(url: str) -> None:
     """Create the keyspace and tables a (modern) Cassandra store URL names, if missing."""
     create_schema(url, replication_factor=1)
