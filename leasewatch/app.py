@@ -38,7 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from pydantic import BaseModel, Field
 
 from leasewatch.settings import LeasewatchSettings
-from leasewatch.watcher import LockView, Revocation, Watcher
+from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
 from lockclient.errors import ChronolockError, InvalidLockId, StoreError
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
 from lockclient.lockid import validate_lock_id
@@ -53,7 +53,6 @@ log = get_logger("leasewatch")
 WAIT_POLL_S = 0.01
 """How often the shared poller of an awaited lock reads its head and holder."""
 MAX_WAIT_S = 30.0
-WATERMARK_REFRESH_S = 1.0
 
 
 class LeaseOut(BaseModel):
@@ -145,10 +144,6 @@ class _Awaited:
     poll_now: asyncio.Event = field(default_factory=asyncio.Event)
     waiters: int = 0
     task: asyncio.Task[None] | None = None
-    queue_start: str = ""
-    """Where the queue read starts: the lock's watermark, re-read at most once a second. It only
-    ever moves forward, so a cached (lower) value is always safe — it just starts earlier."""
-    queue_start_read_at: float = float("-inf")
 
 
 class WaitHub:
@@ -161,12 +156,9 @@ class WaitHub:
         self._locks: dict[str, _Awaited] = {}
 
     def _read_state(self, lock_id: str, awaited: _Awaited) -> _LockState:
-        now = time.monotonic()
-        if now - awaited.queue_start_read_at > WATERMARK_REFRESH_S:
-            awaited.queue_start = self.watcher._queue_start(lock_id)
-            awaited.queue_start_read_at = now
-        cells = self.store.read_row(Table.QUEUE, lock_id, start=awaited.queue_start)
+        # The lease row first: the holder, and the watermark the queue read starts from.
         row = self.store.read_versioned(lock_id, serial=False)
+        cells = self.store.read_row(Table.QUEUE, lock_id, start=queue_start(row))
         raw = row.get(HOLDER_COLUMN)
         holder = ""
         if raw is not None:

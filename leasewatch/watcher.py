@@ -204,7 +204,7 @@ class Watcher:
 
     def _read(self, lock_id: str) -> _LockState:
         row = self.store.read_versioned(lock_id, serial=False)
-        queue = self.store.read_row(Table.QUEUE, lock_id, start=self._queue_start(lock_id))
+        queue = self.store.read_row(Table.QUEUE, lock_id, start=queue_start(row))
         backoff = self.store.read_row(Table.BACKOFF_MAIN, lock_id)
         shadow = self.store.read_row(Table.BACKOFF_SHADOW, lock_id)
         holder_raw = row.get(HOLDER_COLUMN)
@@ -320,9 +320,9 @@ class Watcher:
         report.orphans_cleared += 1
         log.warning("orphan_cleared", lock_id=lock_id, table=table, column=column)
 
-    def _queue_start(self, lock_id: str) -> str:
-        published, _ = parse_marks(self.store.read_row(Table.WATERMARK, lock_id))
-        return make_ticket(published, "")
+    def queue_start(self, lock_id: str) -> str:
+        """Where a read of this lock's queue starts: its published watermark."""
+        return queue_start(self.store.read_versioned(lock_id, serial=False))
 
     # -- revocation ----------------------------------------------------------------------------
 
@@ -432,6 +432,11 @@ class Watcher:
                 age = None if obs is None or obs.value != cell.value else round(now - obs.changed_at, 3)
                 leases[record.owner] = LeaseView(record.owner, cell.column, record.version, record.lease, False, age)
         return LockView(lock_id, holders, token, fence_owner, queue, leases, queue[0][0] if queue else None)
+
+
+def queue_start(row: dict[str, str]) -> str:
+    published, _ = parse_marks(row)
+    return make_ticket(published, "")
 
 
 def _owner_of(raw: str) -> str:

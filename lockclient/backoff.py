@@ -27,7 +27,8 @@ from lockclient.algorithm import Acquisition, Services, take
 from lockclient.errors import StoreError
 from lockclient.lease import FENCE_COLUMN, HeldLease
 from lockclient.lockid import index_shard, make_owner
-from lockclient.store import CellStore, Table, concurrently
+from lockclient.store import CellStore, Table
+from lockclient.store.base import Delete
 
 __all__ = ["Backoff", "TryLockResult"]
 
@@ -106,12 +107,9 @@ class Backoff:
             raise
 
     def release(self, lease: HeldLease, store: CellStore) -> bool:
-        stamp = self.s.timestamps.next()
-        clean, _ = concurrently(
-            store,
-            lambda: lease.release(store),
-            lambda: store.delete(Table.BACKOFF_MAIN, lease.lock_id, lease.owner, timestamp=stamp),
-        )
+        pending = store.begin([Delete(Table.BACKOFF_MAIN, lease.lock_id, lease.owner, self.s.timestamps.next())])
+        clean = lease.release(store)
+        pending.wait()
         return clean
 
 

@@ -9,10 +9,10 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
 
 1. **enqueue** — take a ticket from global time; write the queue cell and the lock's
    index entry (for leasewatch) — one round trip, the two writes overlap;
-2. **look** — read the queue from the watermark, the lease row (a plain read, no
-   Paxos) and the watermark row — one round trip. The first look also finishes the
-   watermark handshake (:mod:`lockclient.watermark`): a ticket below the proposed
-   watermark queues again;
+2. **look** — read the queue from the watermark and the lease row (holder, fencing
+   counter, watermarks; a plain read, no Paxos) — one round trip. The first look also
+   finishes the watermark handshake (:mod:`lockclient.watermark`): a ticket below the
+   proposed watermark queues again;
 3. **take** — if our ticket is first and nobody holds the lock, one compare-and-set
    grants it and issues the fencing token (:func:`lockclient.algorithm.take`);
 4. otherwise **wait** for the one thing that can let us move: the cell just ahead of
@@ -46,7 +46,8 @@ from lockclient.errors import StoreError
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, WaiterLease, WaiterRecord
 from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, this_host, ticket_time
 from lockclient.logs import get_logger
-from lockclient.store import Cell, CellStore, Table, concurrently
+from lockclient.store import Cell, CellStore, Table
+from lockclient.store.base import Delete, Put, ReadRow, ReadVersioned
 from lockclient.wake import LocalListener, LocalWakeups, Watch
 
 __all__ = ["QUEUE_SLICE", "FairQueue"]
@@ -94,8 +95,8 @@ class FairQueue:
             if isinstance(turn, HeldLease):
                 waiter.end()
                 self.s.keeper.remove(waiter)  # the queue cell now belongs to the holder
-                if self.s.watermarks.due(attempt.lock_id, turn.ticket):
-                    self._advance_watermark(attempt.lock_id, turn.ticket)
+                if self.s.watermarks.due(attempt.lock_id, turn.ticket, turn.token):
+                    self._advance_watermark(attempt.lock_id, turn.ticket, turn.token)
                 return turn
             self._withdraw(store, waiter)
             if turn is _Turn.NOT_NOW or not attempt.blocking:
@@ -106,11 +107,7 @@ class FairQueue:
     def _busy(self, attempt: Acquisition) -> bool:
         store, lock_id = attempt.store, attempt.lock_id
         start = self.s.watermarks.start(lock_id)
-        head, row = concurrently(
-            store,
-            lambda: store.read_row(Table.QUEUE, lock_id, start=start, limit=1),
-            lambda: store.read_versioned(lock_id, serial=False),
-        )
+        head, row = store.execute_all([ReadRow(Table.QUEUE, lock_id, start, 1), ReadVersioned(lock_id, serial=False)])
         return bool(head) or HOLDER_COLUMN in row
 
     def _enqueue(self, attempt: Acquisition) -> WaiterLease:
@@ -122,13 +119,14 @@ class FairQueue:
         stamp = self.s.timestamps.next(now)
         try:
             attempt.retrying(
-                lambda: store.run_concurrently(
+                partial(
+                    store.execute_all,
                     [
-                        lambda: store.put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, timestamp=stamp),
+                        Put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, stamp),
                         # Every time, not only the first: leasewatch drops idle ids from the index,
                         # and a re-listing must never depend on this process remembering it.
-                        lambda: store.put(Table.INDEX, index_shard(lock_id), lock_id, "", timestamp=stamp),
-                    ]
+                        Put(Table.INDEX, index_shard(lock_id), lock_id, "", stamp),
+                    ],
                 )
             )
         except BaseException:
@@ -155,8 +153,8 @@ class FairQueue:
             seen = self.s.signals.generation(lock_id)
             start = self.s.watermarks.start(lock_id, ticket)
             looked_at = self.s.monotonic()
-            cells, row, marks = attempt.retrying(partial(self._look, store, lock_id, start))
-            _, proposed = self.s.watermarks.observe(lock_id, marks)
+            cells, row = attempt.retrying(partial(self._look, store, lock_id, start))
+            _, proposed = self.s.watermarks.observe(lock_id, row)
             if first_look:
                 first_look = False
                 if ticket_time(ticket) < proposed:
@@ -200,15 +198,13 @@ class FairQueue:
             waiting.wait(watch, delay * random.uniform(0.5, 1.0), seen, local=owner_host(ahead) == this_host())
 
     @staticmethod
-    def _look(store: CellStore, lock_id: str, start: str) -> tuple[list[Cell], dict[str, str], list[Cell]]:
-        """One look, one round trip: the queue from ``start``, the lease row (a plain read, no
-        Paxos round) and the watermark row."""
-        return concurrently(
-            store,
-            lambda: store.read_row(Table.QUEUE, lock_id, start=start, limit=QUEUE_SLICE),
-            lambda: store.read_versioned(lock_id, serial=False),
-            lambda: store.read_row(Table.WATERMARK, lock_id),
+    def _look(store: CellStore, lock_id: str, start: str) -> tuple[list[Cell], dict[str, str]]:
+        """One look, one round trip: the queue from ``start`` and the lease row (holder, fencing
+        counter, watermarks; a plain read, no Paxos round)."""
+        cells, row = store.execute_all(
+            [ReadRow(Table.QUEUE, lock_id, start, QUEUE_SLICE), ReadVersioned(lock_id, serial=False)]
         )
+        return cells, row
 
     # -- leave the queue ----------------------------------------------------------------------
 
@@ -233,19 +229,17 @@ class FairQueue:
     # -- release ---------------------------------------------------------------------------------
 
     def release(self, lease: HeldLease, store: CellStore) -> bool:
-        stamp = self.s.timestamps.next()
-        clean, _ = concurrently(
-            store,
-            lambda: lease.release(store),
-            lambda: store.delete(Table.QUEUE, lease.lock_id, lease.ticket, timestamp=stamp),
-        )
+        # One round trip: the queue cell's delete is in flight while the holder record goes.
+        pending = store.begin([Delete(Table.QUEUE, lease.lock_id, lease.ticket, self.s.timestamps.next())])
+        clean = lease.release(store)
+        pending.wait()
         return clean
 
     # -- the watermark ---------------------------------------------------------------------------
 
-    def _advance_watermark(self, lock_id: str, ticket: str) -> None:
+    def _advance_watermark(self, lock_id: str, ticket: str, token: int) -> None:
         def run() -> None:
-            self.s.watermarks.advance(self.s.store, lock_id, ticket)
+            self.s.watermarks.advance(self.s.store, lock_id, ticket, token)
 
         self.s.keeper.defer(run, what="advance the watermark", lock_id=lock_id, give_up_after=self.s.lease)
 

@@ -53,7 +53,7 @@ from lockclient.lease import (
 )
 from lockclient.lockid import INDEX_SHARDS, index_shard, ticket_time, validate_lock_id
 from lockclient.logs import get_logger
-from lockclient.store import CellStore, Table, concurrently
+from lockclient.store import CellStore, Table
 from lockclient.store.counting import CountingStore, OpCounts
 from lockclient.wake import QUIET_HOLD_S, InProcessSignals, Waker, Watch
 from lockclient.watermark import Watermarks
@@ -415,10 +415,8 @@ class RemoteLocker:
         """Holder, fencing token, queue in order and leases of one lock (linearizable lease row)."""
         validate_lock_id(lock_id)
         store = self.store
-        marks, row = concurrently(
-            store, lambda: store.read_row(Table.WATERMARK, lock_id), lambda: store.read_versioned(lock_id)
-        )
-        self._services.watermarks.observe(lock_id, marks)
+        row = store.read_versioned(lock_id)
+        self._services.watermarks.observe(lock_id, row)
         cells = store.read_row(Table.QUEUE, lock_id, start=self._services.watermarks.start(lock_id))
         token, fence_owner = parse_fence(row.get(FENCE_COLUMN))
         holders: list[str] = []

@@ -26,29 +26,49 @@ contender finds the proposal and moves itself above it. So no live cell is ever 
 ``head``. ``WINDOW`` only keeps contenders that are merely slow (by up to ten seconds of
 global time) from being sent to the back; it is not what makes the watermark safe.
 
-Both cells are max-registers (value == write timestamp, like GlobalTime), so they
-never move back, and a holder publishes at most once per window of ticket time.
+Both cells live in the lock's row of the lease table (``~wm-proposed``, ``~wm-head``),
+so the look every contender makes anyway (queue + lease row, one round trip) also reads
+them; they are raised only by compare-and-set, and only ever upwards (max-registers). A
+publication needs Paxos rounds, but happens at most once per window of ticket time, by
+the holder, off its acquiring path. The handshake's two orders hold: the publisher's
+compare-and-set is committed at QUORUM before it reads the queue, and a contender reads
+the row at QUORUM after its queue cell was written.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 from lockclient.lockid import make_ticket, ticket_time
-from lockclient.store import Cell, CellStore, Table
+from lockclient.store import CellStore, Table
 
-__all__ = ["HEAD", "PROPOSED", "WINDOW_US", "Watermarks"]
+__all__ = ["HEAD", "PROPOSED", "WINDOW_US", "Watermarks", "parse_marks"]
 
 WINDOW_US = 10_000_000
 """Publish ``holder's ticket - WINDOW_US``, at most once per ``WINDOW_US`` of ticket time."""
-HEAD = "head"
-PROPOSED = "proposed"
+EVERY_GRANTS = 64
+"""...and only once the lock was granted this many times since the last publication: a queue's
+tombstones come from past hand-overs, which the fencing token counts. A lock used now and then
+never publishes (its few tombstones cost nothing), and no new lock id pays for a publication."""
+HEAD = "~wm-head"
+"""``"<ticket time>|<fencing token when published>"``."""
+PROPOSED = "~wm-proposed"
 
 
-def parse_marks(cells: list[Cell]) -> tuple[int, int]:
-    """(published, proposed) from the watermark row; 0 for absent."""
-    marks = {c.column: int(c.value) for c in cells if c.column in (HEAD, PROPOSED) and c.value.isdigit()}
-    return marks.get(HEAD, 0), marks.get(PROPOSED, 0)
+def _time(value: str | None) -> int:
+    number = (value or "").partition("|")[0]
+    return int(number) if number.isdigit() else 0
+
+
+def parse_marks(row: Mapping[str, str]) -> tuple[int, int]:
+    """(published, proposed) ticket times from the lock's lease row; 0 for absent."""
+    return _time(row.get(HEAD)), _time(row.get(PROPOSED))
+
+
+def _head_token(row: Mapping[str, str]) -> int:
+    token = (row.get(HEAD) or "").partition("|")[2]
+    return int(token) if token.isdigit() else 0
 
 
 class Watermarks:
@@ -58,6 +78,7 @@ class Watermarks:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._published: dict[str, int] = {}
+        self._head_token: dict[str, int] = {}
 
     def published(self, lock_id: str) -> int:
         with self._lock:
@@ -71,35 +92,56 @@ class Watermarks:
             bound = min(bound, ticket_time(own_ticket))
         return make_ticket(bound, "")
 
-    def observe(self, lock_id: str, cells: list[Cell]) -> tuple[int, int]:
-        """Record the watermark row as read; returns (published, proposed)."""
-        published, proposed = parse_marks(cells)
-        self._note(lock_id, published)
+    def observe(self, lock_id: str, row: Mapping[str, str]) -> tuple[int, int]:
+        """Record the lease row's marks as read; returns (published, proposed)."""
+        published, proposed = parse_marks(row)
+        self._note(lock_id, published, _head_token(row))
         return published, proposed
 
-    def _note(self, lock_id: str, published: int) -> None:
+    def _note(self, lock_id: str, published: int, token: int) -> None:
         with self._lock:
             if published > self._published.get(lock_id, 0):
                 self._published[lock_id] = published
+            if token > self._head_token.get(lock_id, 0):
+                self._head_token[lock_id] = token
 
-    def due(self, lock_id: str, holder_ticket: str) -> bool:
-        """Would a holder with this ticket move the watermark by a whole window?"""
-        return ticket_time(holder_ticket) - WINDOW_US - self.published(lock_id) >= WINDOW_US
+    def due(self, lock_id: str, holder_ticket: str, token: int) -> bool:
+        """Should a holder with this ticket and fencing token publish? Only after
+        ``EVERY_GRANTS`` grants since the last publication, and a whole window of ticket time."""
+        with self._lock:
+            since = token - self._head_token.get(lock_id, 0)
+        return since >= EVERY_GRANTS and ticket_time(holder_ticket) - WINDOW_US - self.published(lock_id) >= WINDOW_US
 
-    def advance(self, store: CellStore, lock_id: str, holder_ticket: str) -> int:
+    def advance(self, store: CellStore, lock_id: str, holder_ticket: str, token: int) -> int:
         """The publisher's side of the handshake (run off the acquiring path). Returns the
         published watermark."""
-        published = self.published(lock_id)
         candidate = ticket_time(holder_ticket) - WINDOW_US
+        row = store.read_versioned(lock_id, serial=False)
+        published, proposed = parse_marks(row)
+        self._note(lock_id, published, _head_token(row))
         if candidate <= published:
             return published
-        store.put(Table.WATERMARK, lock_id, PROPOSED, str(candidate), timestamp=candidate)
-        # Strictly after the proposal is written: any contender we miss here sees it.
+        if candidate > proposed:
+            _raise(store, lock_id, PROPOSED, candidate, str(candidate))
+        # Strictly after the proposal is committed: any contender we miss here sees it.
         lowest = store.read_row(Table.QUEUE, lock_id, start=make_ticket(published, ""), limit=1)
         bound = candidate
         if lowest and ticket_time(lowest[0].column) < candidate:
             bound = ticket_time(lowest[0].column)  # a live cell below: keep it visible
         if bound > published:
-            store.put(Table.WATERMARK, lock_id, HEAD, str(bound), timestamp=bound)
-            self._note(lock_id, bound)
-        return max(bound, published)
+            published = _raise(store, lock_id, HEAD, bound, f"{bound}|{token}")
+            self._note(lock_id, published, token)
+        return published
+
+
+def _raise(store: CellStore, lock_id: str, column: str, value: int, encoded: str) -> int:
+    """A max-register by compare-and-set: set ``column`` to ``encoded`` (whose time is
+    ``value``) unless it already holds at least that time. Returns the time it holds after."""
+    current = store.read_versioned(lock_id, serial=False).get(column)
+    while True:
+        if _time(current) >= value:
+            return _time(current)
+        result = store.compare_and_set(lock_id, {column: current}, {column: encoded})
+        if result.applied:
+            return value
+        current = result.current.get(column)

@@ -42,10 +42,19 @@ __all__ = [
     "CasResult",
     "Cell",
     "CellStore",
+    "CompareAndSet",
+    "Delete",
+    "Get",
+    "Op",
     "Outcome",
+    "Pending",
+    "Put",
+    "ReadRow",
+    "ReadVersioned",
     "Table",
     "VersionedTable",
     "concurrently",
+    "perform",
     "resolve_by_value",
 ]
 
@@ -63,10 +72,6 @@ class Table(enum.StrEnum):
     QUEUE = "lock_queue"
     """Row per lock id; columns are tickets (20-digit µs + owner), values the waiter's lease
     (owner, version, length): a waiter renews its lease by rewriting its own queue cell."""
-    WATERMARK = "lock_watermark"
-    """Row per lock id: ticket times below which the queue row holds only tombstones
-    (``head``, published) and the next bound a holder is about to publish (``proposed``).
-    Both are max-registers like GlobalTime (value == timestamp), so they never move back."""
     INDEX = "lock_index"
     """Row per shard; columns are lock ids with live state, for leasewatch's scan."""
     BACKOFF_MAIN = "backoff_main"
@@ -79,7 +84,8 @@ class VersionedTable(enum.StrEnum):
     """The compare-and-set tables, written only through :meth:`CellStore.compare_and_set`."""
 
     LEASE = "lock_lease"
-    """Row per lock id: the holder's lease record and the fencing counter."""
+    """Row per lock id: the holder's lease record, the fencing counter and the queue's
+    watermarks (:mod:`lockclient.watermark`)."""
     FENCED = "fenced_resource"
     """Row per fenced resource (:class:`~lockclient.fencing.FencedResource`): the highest
     accepted token and the resource's keys. A table of its own, so no lock id can ever
@@ -217,6 +223,27 @@ class CellStore(ABC):
 
     # -- concurrency ------------------------------------------------------------
 
+    def execute_all(self, ops: Sequence[Op]) -> list[Any]:
+        """Perform independent operations, overlapping them where the adapter can (Cassandra
+        sends them all at once with the driver's asynchronous API: one round trip of latency,
+        no extra threads). Results in order (see :func:`perform`); if any fails, the first
+        error is raised after all have finished."""
+        return self.begin(ops).wait()
+
+    def begin(self, ops: Sequence[Op]) -> Pending:
+        """Start independent operations and return at once where the adapter can; the caller
+        may do other work (other store calls included) before :meth:`Pending.wait`. The
+        embedded store simply performs them now."""
+        results: list[Any] = []
+        error: BaseException | None = None
+        for op in ops:
+            try:
+                results.append(perform(self, op))
+            except Exception as exc:
+                error = error or exc
+                results.append(None)
+        return Pending(lambda: _raise_or(results, error))
+
     def run_concurrently(self, calls: Sequence[Callable[[], T]]) -> list[T]:
         """Run independent calls on this store and return their results in order.
 
@@ -285,6 +312,97 @@ def check_updates_visible(updates: Mapping[str, str | None], current: Mapping[st
     return any(val is not None for val in updates.values()) and all(
         current.get(col) == val for col, val in updates.items()
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    table: Table
+    row: str
+    column: str
+    value: str
+    timestamp: int
+    ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    table: Table
+    row: str
+    column: str
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    table: Table
+    row: str
+    column: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRow:
+    table: Table
+    row: str
+    start: str = ""
+    limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadVersioned:
+    row: str
+    table: VersionedTable = VersionedTable.LEASE
+    serial: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CompareAndSet:
+    row: str
+    expected: Mapping[str, str | None]
+    updates: Mapping[str, str | None]
+    table: VersionedTable = VersionedTable.LEASE
+
+
+Op = Put | Delete | Get | ReadRow | ReadVersioned | CompareAndSet
+"""One store operation as data, for :meth:`CellStore.execute_all`."""
+
+
+class Pending:
+    """Operations started by :meth:`CellStore.begin`."""
+
+    def __init__(self, finish: Callable[[], list[Any]]) -> None:
+        self._finish = finish
+        self._done: list[Any] | None = None
+
+    def wait(self) -> list[Any]:
+        """Their results in order; raises the first error. Idempotent."""
+        if self._done is None:
+            self._done = self._finish()
+        return self._done
+
+
+def _raise_or(results: list[Any], error: BaseException | None) -> list[Any]:
+    if error is not None:
+        raise error
+    return results
+
+
+def perform(store: CellStore, op: Op) -> Any:
+    """Run one operation with the store's ordinary methods; returns what that method returns."""
+    match op:
+        case Put():
+            store.put(op.table, op.row, op.column, op.value, timestamp=op.timestamp, ttl=op.ttl)
+            return None
+        case Delete():
+            store.delete(op.table, op.row, op.column, timestamp=op.timestamp)
+            return None
+        case Get():
+            return store.get(op.table, op.row, op.column)
+        case ReadRow():
+            return store.read_row(op.table, op.row, start=op.start, limit=op.limit)
+        case ReadVersioned():
+            return store.read_versioned(op.row, table=op.table, serial=op.serial)
+        case CompareAndSet():
+            return store.compare_and_set(op.row, op.expected, op.updates, table=op.table)
 
 
 class Outcome(enum.Enum):

@@ -43,6 +43,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeVar
 
 from cassandra import AuthenticationFailed, ConsistencyLevel, OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
@@ -65,12 +66,21 @@ from lockclient.store.base import (
     CasResult,
     Cell,
     CellStore,
+    CompareAndSet,
+    Delete,
+    Get,
+    Op,
     Outcome,
+    Pending,
+    Put,
+    ReadRow,
+    ReadVersioned,
     Table,
     VersionedTable,
     check_cas_arguments,
     check_updates_visible,
     columns_of,
+    perform,
     resolve_by_value,
     validate_limit,
 )
@@ -154,6 +164,30 @@ def translate_error(exc: BaseException, what: str) -> StoreError:
         # acceptors but not a quorum. Unknown, not failed: resolved by re-reading.
         return StoreUnavailable(f"Cassandra during {what}: compare-and-set result unknown ({exc.message})")
     return StoreError(f"Cassandra failed during {what}: {exc}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    query: _Query
+    what: str
+    profile: object
+    finish: Callable[[Any], Any]
+
+
+def _nothing(result: Any) -> None:
+    return None
+
+
+def _cells(result: Any) -> list[Cell]:
+    return [Cell(col, value, written) for col, value, written in result if value is not None]
+
+
+def _first_cell(result: Any) -> Cell | None:
+    return next(iter(_cells(result)), None)
+
+
+def _values(result: Any) -> dict[str, str]:
+    return {col: value for col, value in result if value is not None}
 
 
 def _idempotent(statement: Any) -> Any:
@@ -591,13 +625,6 @@ class CassandraStore(CellStore):
         except Exception as exc:
             raise translate_error(exc, what) from exc
 
-    def _rows(self, query: _Query, what: str, profile: object = EXEC_PROFILE_DEFAULT) -> list[Any]:
-        result = self._execute(query, what, profile)
-        try:
-            return list(result)  # fetches further pages, if any, page by page
-        except Exception as exc:
-            raise translate_error(exc, what) from exc
-
     def _statement(self, build: Any, *args: Any, **kwargs: Any) -> _Query:
         """Build a statement; preparing it is a round trip that can fail like any other."""
         if self._closed:
@@ -620,11 +647,7 @@ class CassandraStore(CellStore):
         timestamp: int,
         ttl: float | None = None,
     ) -> None:
-        seconds = _ttl_seconds(ttl)
-        query = self._statement(
-            self._dialect.put, str(table), row, column, value, timestamp=int(timestamp), ttl=seconds
-        )
-        self._execute(query, "put")
+        self._run(self._plan(Put(table, row, column, value, timestamp, ttl)))
 
     def put_cells(
         self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int, ttl: float | None = None
@@ -636,20 +659,92 @@ class CassandraStore(CellStore):
         self._execute(query, "put_cells")
 
     def delete(self, table: Table, row: str, column: str, *, timestamp: int) -> None:
-        query = self._statement(self._dialect.delete, str(table), row, column, int(timestamp))
-        self._execute(query, "delete")
+        self._run(self._plan(Delete(table, row, column, timestamp)))
 
     def get(self, table: Table, row: str, column: str) -> Cell | None:
-        query = self._statement(self._dialect.get, str(table), row, column)
-        for col, value, written in self._rows(query, "get"):
-            if value is not None:
-                return Cell(col, value, written)
-        return None
+        result: Cell | None = self._run(self._plan(Get(table, row, column)))
+        return result
 
     def read_row(self, table: Table, row: str, *, start: str = "", limit: int | None = None) -> list[Cell]:
-        validate_limit(limit)
-        query = self._statement(self._dialect.read_row, str(table), row, start, limit)
-        return [Cell(col, value, written) for col, value, written in self._rows(query, "read_row") if value is not None]
+        result: list[Cell] = self._run(self._plan(ReadRow(table, row, start, limit)))
+        return result
+
+    # -- operations as data: one at a time, or overlapped -------------------------------------------
+
+    def _plan(self, op: Put | Delete | Get | ReadRow | ReadVersioned) -> _Plan:
+        """The statement an operation sends and how its answer becomes the port's result."""
+        match op:
+            case Put():
+                query = self._statement(
+                    self._dialect.put,
+                    str(op.table),
+                    op.row,
+                    op.column,
+                    op.value,
+                    timestamp=int(op.timestamp),
+                    ttl=_ttl_seconds(op.ttl),
+                )
+                return _Plan(query, "put", EXEC_PROFILE_DEFAULT, _nothing)
+            case Delete():
+                query = self._statement(self._dialect.delete, str(op.table), op.row, op.column, int(op.timestamp))
+                return _Plan(query, "delete", EXEC_PROFILE_DEFAULT, _nothing)
+            case Get():
+                query = self._statement(self._dialect.get, str(op.table), op.row, op.column)
+                return _Plan(query, "get", EXEC_PROFILE_DEFAULT, _first_cell)
+            case ReadRow():
+                validate_limit(op.limit)
+                query = self._statement(self._dialect.read_row, str(op.table), op.row, op.start, op.limit)
+                return _Plan(query, "read_row", EXEC_PROFILE_DEFAULT, _cells)
+            case ReadVersioned():
+                query = self._statement(self._modern().read_versioned, op.table.value, op.row)
+                return _Plan(query, "read_versioned", PROFILE_SERIAL if op.serial else EXEC_PROFILE_DEFAULT, _values)
+
+    def _run(self, plan: _Plan) -> Any:
+        result = self._execute(plan.query, plan.what, plan.profile)
+        try:
+            return plan.finish(result)  # may fetch further pages: a round trip each
+        except Exception as exc:
+            raise translate_error(exc, plan.what) from exc
+
+    def begin(self, ops: Sequence[Op]) -> Pending:
+        """Every plain operation is sent at once with the driver's asynchronous API (one round
+        trip of latency, no thread hand-offs); compare-and-sets and serial reads — which chase
+        unknown outcomes with retries — run on the waiting thread when it waits."""
+        if self._closed:
+            raise StoreError(f"the Cassandra store {self._redacted} is closed")
+        sent: list[tuple[int, _Plan, Any]] = []
+        errors: list[tuple[int, BaseException]] = []
+        deferred: list[int] = []
+        for i, op in enumerate(ops):
+            if isinstance(op, CompareAndSet) or (isinstance(op, ReadVersioned) and op.serial):
+                deferred.append(i)
+                continue
+            try:
+                plan = self._plan(op)
+                future = self._session.execute_async(plan.query[0], plan.query[1], execution_profile=plan.profile)
+            except Exception as exc:
+                errors.append((i, translate_error(exc, "begin")))
+                continue
+            sent.append((i, plan, future))
+
+        def finish() -> list[Any]:
+            results: list[Any] = [None] * len(ops)
+            failed = list(errors)
+            for i in deferred:
+                try:
+                    results[i] = perform(self, ops[i])
+                except StoreError as exc:
+                    failed.append((i, exc))
+            for i, plan, future in sent:
+                try:
+                    results[i] = plan.finish(future.result())
+                except Exception as exc:
+                    failed.append((i, translate_error(exc, plan.what)))
+            if failed:
+                raise min(failed, key=lambda f: f[0])[1]
+            return results
+
+        return Pending(finish)
 
     # -- the versioned table ----------------------------------------------------------------------
 
@@ -661,14 +756,12 @@ class CassandraStore(CellStore):
     def read_versioned(
         self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
     ) -> dict[str, str]:
-        dialect = self._modern()
-        profile = PROFILE_SERIAL if serial else EXEC_PROFILE_DEFAULT
         give_up_at = time.monotonic() + self._resolve_for
         pause = 0.01
         while True:
-            query = self._statement(dialect.read_versioned, table.value, row)
             try:
-                return {col: value for col, value in self._rows(query, "read_versioned", profile) if value is not None}
+                values: dict[str, str] = self._run(self._plan(ReadVersioned(row, table, serial)))
+                return values
             except StoreUnavailable:
                 # A SERIAL read is a Paxos round: under contention on a ring it can time out or
                 # answer 0x1700 like a write. It is a read, so trying again is always safe.

@@ -68,8 +68,8 @@ __all__ = [
 
 SCHEMA_VERSION: int = 2
 """Bumped whenever a statement below changes; written into every table's comment.
-v2: the owner table is gone (the holder lives in the lease row), fenced resources have their own
-LWT table, and the watermark row has a second cell."""
+v2: the owner and watermark tables are gone (the holder and the watermarks live in the lease row),
+and fenced resources have their own LWT table."""
 
 TABLES: Final[tuple[str, ...]] = (*(str(t) for t in Table), *(str(t) for t in VersionedTable))
 LWT_TABLES: Final[tuple[str, ...]] = tuple(str(t) for t in VersionedTable)
@@ -85,11 +85,10 @@ _STRATEGIES: Final = ("SimpleStrategy", "NetworkTopologyStrategy")
 _PURPOSE: Final[dict[str, str]] = {
     Table.GLOBAL_TIME.value: "global clock row",
     Table.QUEUE.value: "lock queues: one row per lock, tickets as columns, waiter leases as values",
-    Table.WATERMARK.value: "per-lock queue watermarks (max-registers: published and proposed)",
     Table.INDEX.value: "per-shard index of locks with live state",
     Table.BACKOFF_MAIN.value: "baseline algorithm main row (benchmarks)",
     Table.BACKOFF_SHADOW.value: "baseline algorithm shadow row (benchmarks)",
-    VersionedTable.LEASE.value: "holder lease records and fencing counters; written ONLY with LWT (IF)",
+    VersionedTable.LEASE.value: "holder lease records, fencing counters, queue watermarks; written ONLY with LWT (IF)",
     VersionedTable.FENCED.value: "fenced resources (highest token + keys); written ONLY with LWT (IF)",
 }
 

@@ -23,7 +23,21 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from lockclient import metrics
-from lockclient.store.base import CasResult, Cell, CellStore, Table, VersionedTable
+from lockclient.store.base import (
+    CasResult,
+    Cell,
+    CellStore,
+    CompareAndSet,
+    Delete,
+    Get,
+    Op,
+    Pending,
+    Put,
+    ReadRow,
+    ReadVersioned,
+    Table,
+    VersionedTable,
+)
 
 __all__ = ["CountingStore", "OpCounts"]
 
@@ -111,6 +125,36 @@ class CountingStore(CellStore):
         self._count("compare_and_set", lwt=True)
         return self.inner.compare_and_set(row, expected, updates, table=table)
 
+    def begin(self, ops: Sequence[Op]) -> Pending:
+        """Each operation counted by name; the group costs one round trip — unless other calls
+        made while it is in flight already counted one (then it overlapped with them)."""
+        with self._lock:
+            self._grouped += 1
+        try:
+            for op in ops:
+                name, lwt = _op_name(op)
+                self._count(name, lwt=lwt)
+        finally:
+            with self._lock:
+                self._grouped -= 1
+                trips_at_start = self.counts.round_trips
+        pending = self.inner.begin(ops)
+
+        def finish() -> list[Any]:
+            try:
+                return pending.wait()
+            finally:
+                with self._lock:
+                    if self.counts.round_trips == trips_at_start and not self._grouped:
+                        self.counts.round_trips += 1
+
+        return Pending(finish)
+
+    def execute_all(self, ops: Sequence[Op]) -> list[Any]:
+        if not ops:
+            return []
+        return self.begin(ops).wait()
+
     def run_concurrently(self, calls: Sequence[Callable[[], T]]) -> list[T]:
         """One round trip for the whole group (the calls are this wrapper's own methods,
         so each is still counted as an operation)."""
@@ -132,3 +176,20 @@ class CountingStore(CellStore):
 
     def __getattr__(self, name: str) -> Any:  # adapter extras (e.g. SQLite's path)
         return getattr(self.inner, name)
+
+
+def _op_name(op: Op) -> tuple[str, bool]:
+    """The counter name of an operation, and whether it is a Paxos round."""
+    match op:
+        case Put():
+            return "put", False
+        case Delete():
+            return "delete", False
+        case Get():
+            return "get", False
+        case ReadRow():
+            return "read_row", False
+        case ReadVersioned():
+            return ("read_versioned", True) if op.serial else ("read_versioned_hint", False)
+        case CompareAndSet():
+            return "compare_and_set", True

@@ -26,6 +26,10 @@ def store(sqlite_url: str) -> Iterator[CellStore]:
         yield s
 
 
+def is_renewal(expected: dict[str, str | None]) -> bool:
+    return expected.get(HOLDER_COLUMN) is not None
+
+
 def version(store: CellStore, lock_id: str) -> int:
     return HolderRecord.decode(store.read_versioned(lock_id)[HOLDER_COLUMN]).version
 
@@ -47,7 +51,9 @@ def test_a_stuck_renewal_of_one_lock_delays_neither_another_lease_nor_its_own_lo
         lost_at: list[float] = []
         x.on_lost(lambda reason: lost_at.append(time.monotonic()))
         # X's next renewal hangs in the store for 4.5 s.
-        faulty.arm("compare_and_set", before=stall, when=lambda row, *a, **k: row == "X")
+        faulty.arm(
+            "compare_and_set", before=stall, when=lambda row, expected, *a, **k: row == "X" and is_renewal(expected)
+        )
         assert stalled.wait(5), "X's renewal never started"
         y_before = version(store, "Y")
         deadline = x.valid_until
@@ -82,7 +88,9 @@ def test_at_a_grant_the_previous_holder_no_longer_holds_by_its_own_clock(store: 
     with RemoteLocker(faulty, lease=LEASE) as first, second:
         x = first.get_lock("X")
         faulty.arm(
-            "compare_and_set", before=lambda *a, **k: release_stall.wait(10), when=lambda row, *a, **k: row == "X"
+            "compare_and_set",
+            before=lambda *a, **k: release_stall.wait(10),
+            when=lambda row, expected, *a, **k: row == "X" and is_renewal(expected),
         )
         stop = threading.Event()
 

@@ -22,6 +22,7 @@ from lockclient import (
     StoreClock,
     open_store,
 )
+from lockclient.lease import FENCE_COLUMN
 from lockclient.lockid import make_ticket, ticket_time
 from lockclient.store import Table
 from lockclient.watermark import WINDOW_US, parse_marks
@@ -57,9 +58,15 @@ def wait_until(predicate: Callable[[], object], what: str, timeout: float = 10.0
         threading.Event().wait(0.01)
 
 
+def hot_lock(store: CellStore, lock_id: str) -> None:
+    """A lock granted many times already (its fencing counter says so): holders publish its
+    watermark (lockclient/watermark.py EVERY_GRANTS)."""
+    assert store.compare_and_set(lock_id, {FENCE_COLUMN: None}, {FENCE_COLUMN: "5000|earlier"}).applied
+
+
 def hidden_cells(store: CellStore, lock_id: str) -> list[str]:
     """Live queue cells below the published watermark: invisible to everyone who reads from it."""
-    published, _ = parse_marks(store.read_row(Table.WATERMARK, lock_id))
+    published, _ = parse_marks(store.read_versioned(lock_id))
     return [c.column for c in store.read_row(Table.QUEUE, lock_id) if ticket_time(c.column) < published]
 
 
@@ -76,6 +83,7 @@ def test_a_ticket_taken_before_a_global_time_jump_is_never_hidden_below_the_wate
     def a_is_slow(table: Table, row: str, column: str, *args: object, **kwargs: object) -> None:
         go.wait(10)
 
+    hot_lock(store, "jump")
     faulty.arm("put", before=a_is_slow, when=lambda table, *a, **k: table == Table.QUEUE)
     a_side = RemoteLocker(faulty, clock, lease=5)
     b_side = RemoteLocker(store, clock, lease=5)
@@ -86,8 +94,8 @@ def test_a_ticket_taken_before_a_global_time_jump_is_never_hidden_below_the_wate
     first_ticket_time = clock.value
     clock.value += 60 * S  # the jump
     b = b_side.get_lock("jump")
-    wait_until(lambda: parse_marks(store.read_row(Table.WATERMARK, "jump"))[0] > 0, "B to publish the watermark")
-    published, proposed = parse_marks(store.read_row(Table.WATERMARK, "jump"))
+    wait_until(lambda: parse_marks(store.read_versioned("jump"))[0] > 0, "B to publish the watermark")
+    published, proposed = parse_marks(store.read_versioned("jump"))
     assert published > first_ticket_time and proposed >= published
     go.set()  # A's queue cell lands now, below the published watermark
     landed.set()
@@ -108,15 +116,18 @@ def test_a_ticket_taken_before_a_global_time_jump_is_never_hidden_below_the_wate
 
 def test_the_published_watermark_never_hides_a_live_waiter_in_steady_use(store: CellStore) -> None:
     clock = JumpingClock(2_000_000 * S)
+    hot_lock(store, "steady")
     with RemoteLocker(store, clock, lease=5) as locker:
         for _ in range(30):
             clock.value += 3 * S  # time moves on (a window every few grants)
+            for _ in range(3):  # ...and the lock is busy: a publication every 64 grants at most
+                locker.get_lock("steady").release()
             locker.get_lock("steady").release()
             assert not hidden_cells(store, "steady")
         # Publications run in the background, at most one per window of ticket time: the
         # watermark trails the newest ticket by one to two windows, never more.
         wait_until(
-            lambda: clock.value - WINDOW_US - parse_marks(store.read_row(Table.WATERMARK, "steady"))[0] < 2 * WINDOW_US,
+            lambda: clock.value - WINDOW_US - parse_marks(store.read_versioned("steady"))[0] < 2 * WINDOW_US,
             "the watermark to follow the grants",
         )
 
