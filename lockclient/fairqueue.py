@@ -16,7 +16,9 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
 3. **take** — if our ticket is first and nobody holds the lock, one compare-and-set
    grants it and issues the fencing token (:func:`lockclient.algorithm.take`);
 4. otherwise **wait** for the one thing that can let us move: the cell just ahead of
-   ours to be gone, or — first in line — the holder to change; then look again.
+   ours to be gone, or — first in line — the holder to change; then look again. A look
+   reads two queue cells at most (ours and the one ahead), so it costs the same in a
+   queue of 2 or 200.
 
 So an uncontended acquisition costs two plain round trips and one Paxos round; a
 release costs one round trip (the holder record and the queue cell, together).
@@ -50,12 +52,9 @@ from lockclient.store import Cell, CellStore, Table
 from lockclient.store.base import Delete, Put, ReadRow, ReadVersioned
 from lockclient.wake import LocalListener, LocalWakeups, Watch
 
-__all__ = ["QUEUE_SLICE", "FairQueue"]
+__all__ = ["FairQueue"]
 
 log = get_logger("lockclient")
-
-QUEUE_SLICE = 64
-"""How many queue cells one look reads at most (enough to know our place and predecessor)."""
 
 LONG_POLL_S = 2.0
 """Longest single wait on leasewatch (a missed wake-up costs at most this)."""
@@ -147,64 +146,62 @@ class FairQueue:
     def _look_and_wait(self, attempt: Acquisition, waiter: WaiterLease, waiting: _Waiting) -> HeldLease | _Turn:
         store, lock_id, ticket = attempt.store, attempt.lock_id, waiter.ticket
         first_look = True
+        contended = False
         delay = self.s.poll_min
-        last: tuple[int, Watch] | None = None
+        last: Watch | None = None
         while True:
             seen = self.s.signals.generation(lock_id)
             start = self.s.watermarks.start(lock_id, ticket)
             looked_at = self.s.monotonic()
-            cells, row = attempt.retrying(partial(self._look, store, lock_id, start))
+            mine_and_before, row = attempt.retrying(partial(self._look, store, lock_id, start, ticket))
             _, proposed = self.s.watermarks.observe(lock_id, row)
             if first_look:
                 first_look = False
                 if ticket_time(ticket) < proposed:
                     return _Turn.REQUEUE  # the watermark handshake: our cell may be invisible
-            columns = [c.column for c in cells]
-            try:
-                position = columns.index(ticket)
-            except ValueError:
-                if len(columns) < QUEUE_SLICE or columns[-1] > ticket:
-                    return _Turn.REVOKED
-                position = QUEUE_SLICE  # further back than one slice
+            if not mine_and_before or mine_and_before[0].column != ticket:
+                return _Turn.REVOKED
+            predecessor = mine_and_before[1] if len(mine_and_before) > 1 else None
             holder: str | None = row.get(HOLDER_COLUMN)
-            if position == 0 and holder is None:
+            if predecessor is None and holder is None:
                 taken = take(self.s, attempt, waiter.owner, ticket, row.get(FENCE_COLUMN))
                 if isinstance(taken, HeldLease):
                     taken.enqueued_at, taken.looked_at = waiter.enqueued_at, looked_at
-                    taken.waiters_behind = len(columns) - 1
+                    taken.contended = contended
                     return taken
                 holder = taken
                 if holder is None:
                     continue  # the counter moved under us three times: look again
             if not attempt.blocking:
                 return _Turn.NOT_NOW
-            if position == 0:
+            contended = True
+            if predecessor is None:
                 assert holder is not None
                 watch = Watch("holder", _holder_owner(holder))
                 ahead = watch.value
             else:
-                watch = Watch("gone", columns[min(position, len(columns)) - 1])
-                ahead = _waiter_owner(cells[min(position, len(columns)) - 1].value)
-            # Polling (without a waker, or as its fallback): soon after any progress — we moved
-            # up, or what we watch changed — then back off while nothing moves; the further
-            # back in the queue, the slower (a waiter cannot move more than one place per grant).
-            scale = max(1, min(position, 4))
-            if last is not None and last == (position, watch):
-                delay = min(delay * 2, self.s.poll_max * scale)
-            else:
-                delay = self.s.poll_min * scale
-            last = (position, watch)
+                watch = Watch("gone", predecessor.column)
+                ahead = _waiter_owner(predecessor.value)
+            # Polling (without a waker, or as its fallback): soon after any progress — what we
+            # watch changed — then back off while nothing moves.
+            delay = min(delay * 2, self.s.poll_max) if watch == last else self.s.poll_min
+            last = watch
             attempt.check()
             waiting.wait(watch, delay * random.uniform(0.5, 1.0), seen, local=owner_host(ahead) == this_host())
 
     @staticmethod
-    def _look(store: CellStore, lock_id: str, start: str) -> tuple[list[Cell], dict[str, str]]:
-        """One look, one round trip: the queue from ``start`` and the lease row (holder, fencing
-        counter, watermarks; a plain read, no Paxos round)."""
-        cells, row = store.execute_all(
-            [ReadRow(Table.QUEUE, lock_id, start, QUEUE_SLICE), ReadVersioned(lock_id, serial=False)]
+    def _look(store: CellStore, lock_id: str, start: str, ticket: str) -> tuple[list[Cell], dict[str, str]]:
+        """One look, one round trip, whatever the queue's length: our own cell and the one just
+        ahead of it (a reverse slice from our ticket down to the watermark, two cells at most:
+        ours missing means revoked, none ahead means first in line) and the lease row (holder,
+        fencing counter, watermarks; a plain read, no Paxos round)."""
+        mine_and_before, row = store.execute_all(
+            [
+                ReadRow(Table.QUEUE, lock_id, start, limit=2, end=ticket, reverse=True),
+                ReadVersioned(lock_id, serial=False),
+            ]
         )
-        return cells, row
+        return mine_and_before, row
 
     # -- leave the queue ----------------------------------------------------------------------
 

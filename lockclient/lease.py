@@ -226,8 +226,8 @@ class HeldLease:
         """Monotonic time the holder's queue cell was written (fair queue only)."""
         self.looked_at: float | None = None
         """Monotonic start of the queue read after which it was granted (fair queue only)."""
-        self.waiters_behind = 0
-        """Queue cells behind ours in that read: someone to wake at release."""
+        self.contended = False
+        """It had to wait for its turn: others are likely queued behind it when it releases."""
         self._pending: tuple[HolderRecord, str, float] | None = None
         """A renewal whose outcome stayed unknown: (record, value, start); ours if found."""
         self._release_tried = False

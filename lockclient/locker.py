@@ -557,5 +557,5 @@ class RemoteLocker:
         lease = lock._lease
         self._services.keeper.remove(lease)
         lock._cleanup_done.set()
-        remote = lease.waiters_behind > 0 or lease.monotonic() - lease.holding_since > QUIET_HOLD_S
+        remote = lease.contended or lease.monotonic() - lease.holding_since > QUIET_HOLD_S
         self._services.announce(lock.lock_id, gone=lock.ticket or None, released=lock.owner, remote=remote)

@@ -50,9 +50,10 @@ __all__ = ["QUIET_HOLD_S", "InProcessSignals", "LeasewatchWaker", "LocalWakeups"
 log = get_logger("lockclient.wake")
 
 QUIET_HOLD_S = 0.01
-"""A release tells leasewatch only if its grant saw a waiter behind it, or it held the lock
-longer than this — leasewatch's own store poll of awaited locks (``WAIT_POLL_S``, 10 ms)
-finds a waiter that came later as soon as a notice would."""
+"""A release tells leasewatch only if its holder had to wait for its turn (others were queued,
+so others likely are now), or it held the lock longer than this — leasewatch's own store poll
+of awaited locks (``WAIT_POLL_S``, 10 ms) finds a waiter that came later as soon as a notice
+would."""
 
 _COOLDOWN_S = 1.0
 _MAX_COOLDOWN_S = 10.0

@@ -177,8 +177,11 @@ class CellStore(ABC):
         *,
         start: str = "",
         limit: int | None = None,
+        end: str | None = None,
+        reverse: bool = False,
     ) -> list[Cell]:
-        """Live cells of ``row`` with ``column >= start`` in column order, at most ``limit``."""
+        """Live cells of ``row`` with ``start <= column`` (and ``column <= end`` if given) in
+        column order — descending with ``reverse`` (from ``end`` down) — at most ``limit``."""
 
     # -- the versioned (compare-and-set) tables -------------------------------
 
@@ -345,6 +348,8 @@ class ReadRow:
     row: str
     start: str = ""
     limit: int | None = None
+    end: str | None = None
+    reverse: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,7 +403,7 @@ def perform(store: CellStore, op: Op) -> Any:
         case Get():
             return store.get(op.table, op.row, op.column)
         case ReadRow():
-            return store.read_row(op.table, op.row, start=op.start, limit=op.limit)
+            return store.read_row(op.table, op.row, start=op.start, limit=op.limit, end=op.end, reverse=op.reverse)
         case ReadVersioned():
             return store.read_versioned(op.row, table=op.table, serial=op.serial)
         case CompareAndSet():

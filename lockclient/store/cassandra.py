@@ -266,7 +266,9 @@ class _Dialect(ABC):
     def get(self, table: str, row: str, column: str) -> _Query: ...
 
     @abstractmethod
-    def read_row(self, table: str, row: str, start: str, limit: int | None) -> _Query: ...
+    def read_row(
+        self, table: str, row: str, start: str, limit: int | None, end: str | None = None, reverse: bool = False
+    ) -> _Query: ...
 
 
 class _ModernDialect(_Dialect):
@@ -373,14 +375,22 @@ class _ModernDialect(_Dialect):
         cql = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = ? AND col = ?"
         return _idempotent(self.prepare(cql).bind((row, column))), None
 
-    def read_row(self, table: str, row: str, start: str, limit: int | None) -> _Query:
-        base = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = ? AND col >= ?"
-        if limit is None:
-            bound = self.prepare(base).bind((row, start))
-            bound.fetch_size = _PAGE_SIZE  # every page bounded; the result set pages on
-        else:
-            bound = self.prepare(f"{base} LIMIT ?").bind((row, start, limit))
-            bound.fetch_size = min(limit, _PAGE_SIZE)
+    def read_row(
+        self, table: str, row: str, start: str, limit: int | None, end: str | None = None, reverse: bool = False
+    ) -> _Query:
+        cql = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = ? AND col >= ?"
+        values: list[object] = [row, start]
+        if end is not None:
+            cql += " AND col <= ?"
+            values.append(end)
+        if reverse:
+            cql += " ORDER BY col DESC"  # a reversed slice: Cassandra reads the partition backwards
+        if limit is not None:
+            cql += " LIMIT ?"
+            values.append(limit)
+        bound = self.prepare(cql).bind(tuple(values))
+        # Every page bounded; the result set pages on.
+        bound.fetch_size = _PAGE_SIZE if limit is None else min(limit, _PAGE_SIZE)
         return _idempotent(bound), None
 
     # -- the versioned table (LWT only) ----------------------------------------------------
@@ -494,10 +504,17 @@ class _Cql12Dialect(_Dialect):
         cql = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = %s AND col = %s"
         return SimpleStatement(cql), (row, column)
 
-    def read_row(self, table: str, row: str, start: str, limit: int | None) -> _Query:
+    def read_row(
+        self, table: str, row: str, start: str, limit: int | None, end: str | None = None, reverse: bool = False
+    ) -> _Query:
         cap = self._NO_LIMIT if limit is None else int(limit)
-        cql = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = %s AND col >= %s LIMIT {cap}"
-        return SimpleStatement(cql), (row, start)
+        upper = "" if end is None else " AND col <= %s"
+        order = " ORDER BY col DESC" if reverse else ""
+        cql = (
+            f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = %s AND col >= %s{upper}"
+            f"{order} LIMIT {cap}"
+        )
+        return SimpleStatement(cql), (row, start) if end is None else (row, start, end)
 
 
 # -- connecting ---------------------------------------------------------------------------------
@@ -665,8 +682,17 @@ class CassandraStore(CellStore):
         result: Cell | None = self._run(self._plan(Get(table, row, column)))
         return result
 
-    def read_row(self, table: Table, row: str, *, start: str = "", limit: int | None = None) -> list[Cell]:
-        result: list[Cell] = self._run(self._plan(ReadRow(table, row, start, limit)))
+    def read_row(
+        self,
+        table: Table,
+        row: str,
+        *,
+        start: str = "",
+        limit: int | None = None,
+        end: str | None = None,
+        reverse: bool = False,
+    ) -> list[Cell]:
+        result: list[Cell] = self._run(self._plan(ReadRow(table, row, start, limit, end, reverse)))
         return result
 
     # -- operations as data: one at a time, or overlapped -------------------------------------------
@@ -693,7 +719,9 @@ class CassandraStore(CellStore):
                 return _Plan(query, "get", EXEC_PROFILE_DEFAULT, _first_cell)
             case ReadRow():
                 validate_limit(op.limit)
-                query = self._statement(self._dialect.read_row, str(op.table), op.row, op.start, op.limit)
+                query = self._statement(
+                    self._dialect.read_row, str(op.table), op.row, op.start, op.limit, op.end, op.reverse
+                )
                 return _Plan(query, "read_row", EXEC_PROFILE_DEFAULT, _cells)
             case ReadVersioned():
                 query = self._statement(self._modern().read_versioned, op.table.value, op.row)

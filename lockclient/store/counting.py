@@ -104,9 +104,18 @@ class CountingStore(CellStore):
         self._count("get")
         return self.inner.get(table, row, column)
 
-    def read_row(self, table: Table, row: str, *, start: str = "", limit: int | None = None) -> list[Cell]:
+    def read_row(
+        self,
+        table: Table,
+        row: str,
+        *,
+        start: str = "",
+        limit: int | None = None,
+        end: str | None = None,
+        reverse: bool = False,
+    ) -> list[Cell]:
         self._count("read_row")
-        return self.inner.read_row(table, row, start=start, limit=limit)
+        return self.inner.read_row(table, row, start=start, limit=limit, end=end, reverse=reverse)
 
     def read_versioned(
         self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True

@@ -244,13 +244,28 @@ class SQLiteStore(CellStore):
         )
         return None if found is None else Cell(found[0], found[1], found[2])
 
-    def read_row(self, table: Table, row: str, *, start: str = "", limit: int | None = None) -> list[Cell]:
+    def read_row(
+        self,
+        table: Table,
+        row: str,
+        *,
+        start: str = "",
+        limit: int | None = None,
+        end: str | None = None,
+        reverse: bool = False,
+    ) -> list[Cell]:
         validate_limit(limit)
+        upper = "" if end is None else "AND col <= ? "
+        order = "DESC" if reverse else "ASC"
+        params: list[object] = [str(table), row, start]
+        if end is not None:
+            params.append(end)
+        params += [time.time(), -1 if limit is None else limit]
         rows = self._run(
             lambda c: c.execute(
-                f"SELECT col, value, ts FROM cells WHERE cf = ? AND row = ? AND col >= ? AND {_LIVE} "
-                "ORDER BY col LIMIT ?",
-                (str(table), row, start, time.time(), -1 if limit is None else limit),
+                f"SELECT col, value, ts FROM cells WHERE cf = ? AND row = ? AND col >= ? {upper}AND {_LIVE} "
+                f"ORDER BY col {order} LIMIT ?",
+                params,
             ).fetchall()
         )
         return [Cell(col, value, ts) for col, value, ts in rows]

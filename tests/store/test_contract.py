@@ -277,6 +277,34 @@ def test_not_applied_while_holding_our_own_values_counts_as_applied(store: CellS
         assert again.applied and again.current["a"] == unique
 
 
+def test_slices_with_an_upper_bound_and_in_reverse(store: CellStore) -> None:
+    row = fresh_row()
+    for name in ("a", "b", "c", "d", "e"):
+        store.put(Table.QUEUE, row, name, name.upper(), timestamp=10)
+    store.delete(Table.QUEUE, row, "c", timestamp=11)
+    assert [c.column for c in store.read_row(Table.QUEUE, row, start="b", end="d")] == ["b", "d"]
+    assert [c.column for c in store.read_row(Table.QUEUE, row, start="a", end="d", reverse=True)] == ["d", "b", "a"]
+    # What a waiter reads: its own cell and the one ahead of it, down to the watermark.
+    assert [c.column for c in store.read_row(Table.QUEUE, row, start="b", end="e", limit=2, reverse=True)] == [
+        "e",
+        "d",
+    ]
+    assert [c.column for c in store.read_row(Table.QUEUE, row, start="b", end="b", limit=2, reverse=True)] == ["b"]
+    assert store.read_row(Table.QUEUE, row, start="f", end="z", reverse=True) == []
+
+
+def test_execute_all_and_begin(store: CellStore) -> None:
+    from lockclient.store.base import Delete, Get, Put, ReadRow
+
+    row = fresh_row()
+    assert store.execute_all([Put(Table.QUEUE, row, "a", "1", 5), Put(Table.QUEUE, row, "b", "2", 5)]) == [None, None]
+    pending = store.begin([Delete(Table.QUEUE, row, "a", 6)])
+    got = store.get(Table.QUEUE, row, "b")  # other work while the delete is in flight
+    assert pending.wait() == [None] and got is not None
+    cells, missing = store.execute_all([ReadRow(Table.QUEUE, row), Get(Table.QUEUE, row, "a")])
+    assert [c.column for c in cells] == ["b"] and missing is None
+
+
 def test_run_concurrently_keeps_order_and_raises_after_all_ran(store: CellStore) -> None:
     row = fresh_row()
     results = store.run_concurrently(

@@ -104,8 +104,19 @@ class FaultyStore(CellStore):
     def get(self, table: Table, row: str, column: str) -> Cell | None:
         return self._call("get", self.inner.get, table, row, column)
 
-    def read_row(self, table: Table, row: str, *, start: str = "", limit: int | None = None) -> list[Cell]:
-        return self._call("read_row", self.inner.read_row, table, row, start=start, limit=limit)
+    def read_row(
+        self,
+        table: Table,
+        row: str,
+        *,
+        start: str = "",
+        limit: int | None = None,
+        end: str | None = None,
+        reverse: bool = False,
+    ) -> list[Cell]:
+        return self._call(
+            "read_row", self.inner.read_row, table, row, start=start, limit=limit, end=end, reverse=reverse
+        )
 
     def read_versioned(
         self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
