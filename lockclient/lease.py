@@ -54,7 +54,8 @@ from typing import Any
 from lockclient import metrics
 from lockclient.errors import StoreError
 from lockclient.logs import get_logger
-from lockclient.store import CellStore, Table
+from lockclient.store import CasResult, CellStore, Table
+from lockclient.store.base import CompareAndSet
 
 __all__ = [
     "FENCE_COLUMN",
@@ -264,45 +265,79 @@ class HeldLease:
 
     def renew(self, store: CellStore) -> None:
         """One renewal: ``me@v -> me@v+1 if still me@v``. Called by the keeper."""
-        if self.ended or self.lost.is_set():
+        if not self.wants_renewal():
             return
+        lost_reason: str | None = None
+        with self._mutex:
+            if self.ended:
+                return
+            started = self.last_attempt_at = self.monotonic()
+            for _ in range(2):  # once more if the row held an earlier proposal of ours
+                op, new, new_value = self.renewal()
+                try:
+                    outcome: CasResult | StoreError = store.compare_and_set(op.row, op.expected, op.updates)
+                except StoreError as exc:
+                    outcome = exc
+                verdict, lost_reason = self.settle_renewal(new, new_value, started, outcome)
+                if verdict != "again":
+                    break
+        if lost_reason is not None:
+            self._fire_lost(lost_reason)
+
+    def wants_renewal(self) -> bool:
+        """False when it is over (ended, lost) or past ``max_hold`` (then it is left to expire)."""
+        if self.ended or self.lost.is_set():
+            return False
         if self.max_hold is not None and self.monotonic() - self.holding_since > self.max_hold:
             # A hung holder: stop renewing; the lease runs out and leasewatch revokes it.
             if not self.renewing_stopped:
                 log.warning("max_hold_exceeded", lock_id=self.lock_id, owner=self.owner, max_hold=self.max_hold)
             self.renewing_stopped = True
-            return
-        with self._mutex:
-            if self.ended:
-                return
-            started = self.last_attempt_at = self.monotonic()
-            for _ in range(2):
-                new = self.record.renewed()
-                new_value = new.encode()
-                try:
-                    result = store.compare_and_set(
-                        self.lock_id, {HOLDER_COLUMN: self.value}, {HOLDER_COLUMN: new_value}
-                    )
-                except StoreError as exc:
-                    # Outcome unknown even after the adapter's re-reads: remember the proposal,
-                    # so that finding it later proves it applied (values are unique).
-                    self._pending = (new, new_value, started)
-                    self.renew_failures += 1
-                    metrics.RENEWALS.labels("error").inc()
-                    log.warning("lease_renewal_failed", lock_id=self.lock_id, owner=self.owner, error=str(exc))
-                    return
-                if result.applied:
-                    self._adopt(new, new_value, started)
-                    metrics.RENEWALS.labels("ok").inc()
-                    return
-                if not self._adopt_pending(result.current.get(HOLDER_COLUMN)):
-                    break
-            current = result.current.get(HOLDER_COLUMN)
-            if current is None and self.releasing and self._release_tried:
-                self._end(clean=True)  # our release landed; its answer was lost
-                return
+            return False
+        return True
+
+    def try_hold(self) -> bool:
+        """Take this lease's store mutex without waiting (a batch renewal skips a lease that is
+        busy releasing); :meth:`let_go` gives it back."""
+        return self._mutex.acquire(blocking=False)
+
+    def let_go(self) -> None:
+        self._mutex.release()
+
+    def renewal(self) -> tuple[CompareAndSet, HolderRecord, str]:
+        """The next renewal's compare-and-set (caller holds the mutex)."""
+        new = self.record.renewed()
+        new_value = new.encode()
+        op = CompareAndSet(self.lock_id, {HOLDER_COLUMN: self.value}, {HOLDER_COLUMN: new_value})
+        return op, new, new_value
+
+    def settle_renewal(
+        self, new: HolderRecord, new_value: str, started: float, outcome: CasResult | StoreError
+    ) -> tuple[str, str | None]:
+        """Take a renewal's outcome into account (caller holds the mutex). Returns a verdict —
+        ``ok``, ``error``, ``again`` (an earlier proposal of ours was found applied: renew once
+        more from it) or ``lost`` — and the reason to fire the lost signal with, if any (the
+        caller fires it after letting go of the mutex)."""
+        if isinstance(outcome, StoreError):
+            # Outcome unknown even after the adapter's re-reads: remember the proposal, so that
+            # finding it later proves it applied (values are unique).
+            self._pending = (new, new_value, started)
+            self.renew_failures += 1
+            metrics.RENEWALS.labels("error").inc()
+            log.warning("lease_renewal_failed", lock_id=self.lock_id, owner=self.owner, error=str(outcome))
+            return "error", None
+        if outcome.applied:
+            self._adopt(new, new_value, started)
+            metrics.RENEWALS.labels("ok").inc()
+            return "ok", None
+        current = outcome.current.get(HOLDER_COLUMN)
+        if self._adopt_pending(current):
+            return "again", None
+        if current is None and self.releasing and self._release_tried:
+            self._end(clean=True)  # our release landed; its answer was lost
+            return "ok", None
         metrics.RENEWALS.labels("revoked").inc()
-        self._fire_lost("lease revoked" if current is None else "lease record changed by another writer")
+        return "lost", "lease revoked" if current is None else "lease record changed by another writer"
 
     def _adopt(self, record: HolderRecord, value: str, started: float) -> None:
         self.record, self.value = record, value

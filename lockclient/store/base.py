@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar, overload
+
+from lockclient.errors import StoreError
 
 __all__ = [
     "VERSIONED_TABLE",
@@ -223,6 +225,19 @@ class CellStore(ABC):
         (outcome still unknown). Callers write unique values, which is what makes
         "my value is there" a proof.
         """
+
+    def compare_and_set_many(self, ops: Sequence[CompareAndSet]) -> Iterator[tuple[int, CasResult | StoreError]]:
+        """Several independent compare-and-sets (each on its own row, each all-or-nothing on its
+        own), for renewing many leases at once: one transaction on SQLite, overlapped requests
+        on Cassandra. Yields ``(index, result)`` *as each completes* — a slow one never holds
+        back another's answer — where result is its :class:`CasResult` or the
+        :class:`~lockclient.errors.StoreError` it failed with (outcome unknown even after the
+        same resolution as :meth:`compare_and_set`)."""
+        for index, op in enumerate(ops):
+            try:
+                yield index, self.compare_and_set(op.row, op.expected, op.updates, table=op.table)
+            except StoreError as exc:
+                yield index, exc
 
     # -- concurrency ------------------------------------------------------------
 

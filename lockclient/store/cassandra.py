@@ -37,11 +37,12 @@ accommodation for it lives in :class:`_Cql12Dialect`; the modern path
 from __future__ import annotations
 
 import math
+import queue
 import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeVar
@@ -847,6 +848,45 @@ class CassandraStore(CellStore):
                 pause = min(pause * 2, 0.5)
                 continue
             return self._cas_result(result, columns, expected, updates)
+
+    def compare_and_set_many(self, ops: Sequence[CompareAndSet]) -> Iterator[tuple[int, CasResult | StoreError]]:
+        """All sent at once (driver futures), yielded as each answers; an outcome left unknown is
+        settled by sending that one again through :meth:`compare_and_set`, which recognises its
+        own earlier success by value (values are unique) or resolves it by re-reading."""
+        dialect = self._modern()
+        answers: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
+        waiting = 0
+        for index, op in enumerate(ops):
+            check_cas_arguments(op.expected, op.updates)
+            try:
+                batch = self._statement(dialect.cas_batch, op.table.value, op.row, op.expected, op.updates)
+                future = self._session.execute_async(batch, None, execution_profile=PROFILE_CAS)
+            except Exception as exc:
+                answers.put((index, None, exc))
+                waiting += 1
+                continue
+            future.add_callbacks(
+                callback=lambda result, i=index: answers.put((i, result, None)),
+                errback=lambda exc, i=index: answers.put((i, None, exc)),
+            )
+            waiting += 1
+        for _ in range(waiting):
+            index, result, failure = answers.get()
+            op = ops[index]
+            if failure is None:
+                try:
+                    yield index, self._cas_result(result, columns_of(op.expected, op.updates), op.expected, op.updates)
+                    continue
+                except Exception as exc:
+                    failure = exc
+            error = translate_error(failure, "compare_and_set")
+            if isinstance(error, StoreUnavailable):
+                try:
+                    yield index, self.compare_and_set(op.row, op.expected, op.updates, table=op.table)
+                except StoreError as exc:
+                    yield index, exc
+            else:
+                yield index, error
 
     def _cas_result(
         self,

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from lockclient import metrics
+from lockclient.errors import StoreError
 from lockclient.store.base import (
     CasResult,
     Cell,
@@ -158,6 +159,11 @@ class CountingStore(CellStore):
                         self.counts.round_trips += 1
 
         return Pending(finish)
+
+    def compare_and_set_many(self, ops: Sequence[CompareAndSet]) -> Iterator[tuple[int, CasResult | StoreError]]:
+        for _ in ops:
+            self._count("compare_and_set", lwt=True)
+        return self.inner.compare_and_set_many(ops)
 
     def execute_all(self, ops: Sequence[Op]) -> list[Any]:
         if not ops:

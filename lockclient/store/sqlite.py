@@ -28,7 +28,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -37,6 +37,7 @@ from lockclient.store.base import (
     CasResult,
     Cell,
     CellStore,
+    CompareAndSet,
     Table,
     VersionedTable,
     check_cas_arguments,
@@ -86,6 +87,29 @@ WHERE excluded.ts > cells.ts
 """
 
 _LIVE = "dead = 0 AND (expires_at IS NULL OR expires_at > ?)"
+
+
+def _cas_in_transaction(conn: sqlite3.Connection, op: CompareAndSet) -> CasResult:
+    tbl, row = op.table.value, op.row
+    current: dict[str, str | None] = {}
+    for col in op.expected:
+        found = conn.execute(
+            "SELECT value FROM cas_cells WHERE tbl = ? AND row = ? AND col = ?", (tbl, row, col)
+        ).fetchone()
+        current[col] = None if found is None else found[0]
+    if any(current[col] != want for col, want in op.expected.items()):
+        return CasResult(applied=False, current=current)
+    for col, value in op.updates.items():
+        if value is None:
+            conn.execute("DELETE FROM cas_cells WHERE tbl = ? AND row = ? AND col = ?", (tbl, row, col))
+        else:
+            conn.execute(
+                "INSERT INTO cas_cells (tbl, row, col, value) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (tbl, row, col) DO UPDATE SET value = excluded.value",
+                (tbl, row, col, value),
+            )
+        current[col] = value
+    return CasResult(applied=True, current=current)
 
 
 class SQLiteStore(CellStore):
@@ -292,33 +316,32 @@ class SQLiteStore(CellStore):
         table: VersionedTable = VersionedTable.LEASE,
     ) -> CasResult:
         check_cas_arguments(expected, updates)
-        tbl = table.value
+        op = CompareAndSet(row, expected, updates, table)
 
         def attempt(conn: sqlite3.Connection) -> CasResult:
             with self._transaction(conn):
-                current: dict[str, str | None] = {}
-                for col in expected:
-                    found = conn.execute(
-                        "SELECT value FROM cas_cells WHERE tbl = ? AND row = ? AND col = ?", (tbl, row, col)
-                    ).fetchone()
-                    current[col] = None if found is None else found[0]
-                if any(current[col] != want for col, want in expected.items()):
-                    return CasResult(applied=False, current=current)
-                for col, value in updates.items():
-                    if value is None:
-                        conn.execute("DELETE FROM cas_cells WHERE tbl = ? AND row = ? AND col = ?", (tbl, row, col))
-                    else:
-                        conn.execute(
-                            "INSERT INTO cas_cells (tbl, row, col, value) VALUES (?, ?, ?, ?) "
-                            "ON CONFLICT (tbl, row, col) DO UPDATE SET value = excluded.value",
-                            (tbl, row, col, value),
-                        )
-                    current[col] = value
-                return CasResult(applied=True, current=current)
+                return _cas_in_transaction(conn, op)
 
         # In SQLite a failed COMMIT rolls back as a whole, so there is no
         # "unknown" outcome to resolve here (unlike a Cassandra CAS timeout).
         return self._run(attempt)
+
+    def compare_and_set_many(self, ops: Sequence[CompareAndSet]) -> Iterator[tuple[int, CasResult | StoreError]]:
+        """All in one transaction: one write lock and one commit for many renewals."""
+        for op in ops:
+            check_cas_arguments(op.expected, op.updates)
+        if not ops:
+            return
+
+        def attempt(conn: sqlite3.Connection) -> list[CasResult]:
+            with self._transaction(conn):
+                return [_cas_in_transaction(conn, op) for op in ops]
+
+        try:
+            results: list[CasResult | StoreError] = list(self._run(attempt))
+        except StoreError as exc:
+            results = [exc for _ in ops]
+        yield from enumerate(results)
 
     # -- housekeeping --------------------------------------------------------------
 
