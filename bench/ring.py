@@ -1,0 +1,356 @@
+"""chronolock against the lock most Cassandra users write, on a real multi-node ring (issue 14).
+
+Needs a running Cassandra 4.x/5.x ring (the benchmark never starts one):
+
+    CHRONOLOCK_BENCH_CASSANDRA=127.0.0.1,127.0.0.2,127.0.0.3:9242 \\
+    CHRONOLOCK_BENCH_RING_CTL=../shared/cassandra-modern/ring41.sh CASS_HOME=... \\
+    .venv/bin/python -m bench ring
+
+* **Uncontended**: one process, acquire + release, p50/p99, with chronolock's round trips and
+  Paxos rounds counted by its store wrapper.
+* **Contended** P = 5 processes, no work inside the lock, through phases: no fault; node 3
+  paused (SIGSTOP); resumed; node 3 killed; restarted (only with ``..._RING_CTL``). Per phase:
+  acquisitions/s, wait p50 / max, the longest time nobody held the lock while a worker waited,
+  the longest same-process run, errors by type.
+
+The naive lock: ``INSERT ... IF NOT EXISTS USING TTL 30`` to acquire (retried every 5 ms while
+not applied), ``DELETE ... IF owner = ?`` to release, QUORUM / SERIAL. Not fair, not fenced; a
+holder that stalls past the TTL loses it silently.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.common import machine_info, markdown_table, percentile, write_results
+
+__all__ = ["run"]
+
+PHASE_S = 20.0
+QUICK_PHASE_S = 8.0
+
+
+def _hosts_port() -> tuple[list[str], int]:
+    target = os.environ["CHRONOLOCK_BENCH_CASSANDRA"]
+    hosts, _, port = target.rpartition(":")
+    return hosts.split(","), int(port or 9042)
+
+
+def _keyspace(hosts: list[str]) -> str:
+    return "chronolock_bench" if len(hosts) == 1 else f"chronolock_bench_rf{min(3, len(hosts))}"
+
+
+def _store_url() -> str:
+    hosts, port = _hosts_port()
+    return f"cassandra://{','.join(hosts)}:{port}/{_keyspace(hosts)}"
+
+
+def _naive_session() -> tuple[Any, Any, Any, Any]:
+    from cassandra import ConsistencyLevel
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+    hosts, port = _hosts_port()
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(), shuffle_replicas=True),
+        consistency_level=ConsistencyLevel.QUORUM,
+        serial_consistency_level=ConsistencyLevel.SERIAL,
+        request_timeout=2.0,
+    )
+    cluster = Cluster(hosts, port=port, protocol_version=5, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+    session = cluster.connect()
+    ks = _keyspace(hosts)
+    acquire = session.prepare(f"INSERT INTO {ks}.naive_lock (id, owner) VALUES (?, ?) IF NOT EXISTS USING TTL 30")
+    release = session.prepare(f"DELETE FROM {ks}.naive_lock WHERE id = ? IF owner = ?")
+    return cluster, session, acquire, release
+
+
+def _prepare_schema() -> None:
+    from cassandra.cluster import Cluster
+
+    from lockclient.store.cassandra_schema import create_schema
+
+    hosts, port = _hosts_port()
+    create_schema(_store_url(), replication_factor=min(3, len(hosts)))
+    cluster = Cluster(hosts, port=port, protocol_version=5)
+    try:
+        session = cluster.connect()
+        session.execute(f"CREATE TABLE IF NOT EXISTS {_keyspace(hosts)}.naive_lock (id text PRIMARY KEY, owner text)")
+    finally:
+        cluster.shutdown()
+
+
+# -- workers (spawned processes) ----------------------------------------------------------------
+
+
+def _worker(kind: str, lock_id: str, out: str, stop: str, barrier: Any) -> None:
+    from lockclient import ChronolockError, RemoteLocker, open_store
+
+    records: list[dict[str, Any]] = []
+    stop_file = Path(stop)
+    pid = os.getpid()
+    if kind == "chronolock":
+        store = open_store(_store_url())
+        locker = RemoteLocker(store, lease=10, allow_store_clock=True)
+        locker.clock.now_us()
+        barrier.wait(timeout=120)
+        while not stop_file.exists():
+            invoked = time.monotonic()
+            try:
+                lock = locker.get_lock(lock_id, timeout=60)
+            except ChronolockError as exc:
+                records.append({"error": type(exc).__name__, "at": time.monotonic()})
+                continue
+            granted = time.monotonic()
+            released_at = time.monotonic()
+            lock.release()
+            records.append({"pid": pid, "invoked": invoked, "granted": granted, "released": released_at})
+        locker.close()
+        store.close()
+    else:
+        cluster, session, acquire, release = _naive_session()
+        barrier.wait(timeout=120)
+        while not stop_file.exists():
+            owner = uuid.uuid4().hex
+            invoked = time.monotonic()
+            try:
+                while not session.execute(acquire, (lock_id, owner)).was_applied:
+                    if stop_file.exists():
+                        break
+                    time.sleep(0.005)
+                else:
+                    granted = time.monotonic()
+                    released_at = time.monotonic()
+                    session.execute(release, (lock_id, owner))
+                    records.append({"pid": pid, "invoked": invoked, "granted": granted, "released": released_at})
+            except Exception as exc:  # what a user of the naive lock meets
+                records.append({"error": f"{type(exc).__name__}:{getattr(exc, 'code', '')}", "at": time.monotonic()})
+                time.sleep(0.05)
+        cluster.shutdown()
+    Path(out).write_text(json.dumps(records))
+
+
+def _uncontended(kind: str, n: int) -> dict[str, Any]:
+    from lockclient import RemoteLocker, open_store
+
+    lock_id = f"u-{uuid.uuid4().hex[:8]}"
+    total: list[float] = []
+    acquire_times: list[float] = []
+    extra: dict[str, Any] = {}
+    if kind == "chronolock":
+        store = open_store(_store_url())
+        locker = RemoteLocker(store, lease=10, allow_store_clock=True)
+        for i in range(n + 20):
+            t0 = time.perf_counter()
+            lock = locker.get_lock(lock_id)
+            t1 = time.perf_counter()
+            lock.release()
+            t2 = time.perf_counter()
+            if i >= 20:
+                total.append(t2 - t0)
+                acquire_times.append(t1 - t0)
+                extra = {
+                    "acquire_round_trips": lock.round_trips,
+                    "acquire_lwt_rounds": lock.lwt_rounds,
+                    "release_round_trips": lock.release_counts.round_trips,
+                    "release_lwt_rounds": lock.release_counts.lwt_rounds,
+                }
+        locker.close()
+        store.close()
+    else:
+        cluster, session, acquire, release = _naive_session()
+        for i in range(n + 20):
+            owner = uuid.uuid4().hex
+            t0 = time.perf_counter()
+            assert session.execute(acquire, (lock_id, owner)).was_applied
+            t1 = time.perf_counter()
+            session.execute(release, (lock_id, owner))
+            t2 = time.perf_counter()
+            if i >= 20:
+                total.append(t2 - t0)
+                acquire_times.append(t1 - t0)
+        extra = {"acquire_round_trips": 1, "acquire_lwt_rounds": 1, "release_round_trips": 1, "release_lwt_rounds": 1}
+        cluster.shutdown()
+    return {
+        "acquire_p50_ms": round(percentile(acquire_times, 50) * 1e3, 2),
+        "acquire_p99_ms": round(percentile(acquire_times, 99) * 1e3, 2),
+        "acquire_release_p50_ms": round(percentile(total, 50) * 1e3, 2),
+        **extra,
+    }
+
+
+def _ring(*args: str) -> None:
+    ctl = os.environ["CHRONOLOCK_BENCH_RING_CTL"]
+    subprocess.run(["bash", ctl, *args], check=True, timeout=300, capture_output=True)
+
+
+def _contended(kind: str, workdir: Path, phase_s: float, faults: bool) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    p = 5
+    barrier = ctx.Barrier(p)
+    lock_id = f"c-{kind}-{uuid.uuid4().hex[:8]}"
+    stop = workdir / f"stop-{lock_id}"
+    outs = [workdir / f"{lock_id}-{i}.json" for i in range(p)]
+    procs = [ctx.Process(target=_worker, args=(kind, lock_id, str(o), str(stop), barrier)) for o in outs]
+    for proc in procs:
+        proc.start()
+    phases: list[tuple[str, float, float]] = []
+
+    def phase(name: str, seconds: float) -> None:
+        start = time.monotonic()
+        time.sleep(seconds)
+        phases.append((name, start, time.monotonic()))
+
+    try:
+        time.sleep(3)  # start-up behind the barrier
+        phase("no fault", phase_s)
+        if faults:
+            _ring("pause", "3")
+            try:
+                phase("node 3 paused", phase_s)
+            finally:
+                _ring("resume", "3")
+            phase("after resume", phase_s)
+            _ring("kill", "3")
+            phase("node 3 killed", phase_s)
+            started = time.monotonic()
+            _ring("restart", "3")
+            phases.append(("node 3 restarting", started, time.monotonic()))
+            phase("after restart", phase_s)
+    finally:
+        stop.touch()
+        for proc in procs:
+            proc.join(timeout=120)
+            if proc.is_alive():
+                proc.kill()
+        if faults:
+            _ring("start")
+    records = [r for o in outs if o.exists() for r in json.loads(o.read_text())]
+    return {"phases": [_phase_stats(records, *ph) for ph in phases]}
+
+
+def _phase_stats(records: list[dict[str, Any]], name: str, start: float, end: float) -> dict[str, Any]:
+    grants = sorted((r for r in records if "granted" in r and start <= r["granted"] < end), key=lambda r: r["granted"])
+    waits = [r["granted"] - r["invoked"] for r in grants]
+    gaps = [b["granted"] - a["released"] for a, b in itertools.pairwise(grants)]
+    longest, run, previous = 0, 0, None
+    for r in grants:
+        run = run + 1 if r["pid"] == previous else 1
+        previous = r["pid"]
+        longest = max(longest, run)
+    errors = Counter(r["error"] for r in records if "error" in r and start <= r["at"] < end)
+    return {
+        "phase": name,
+        "seconds": round(end - start, 1),
+        "acquisitions_per_s": round(len(grants) / max(end - start, 1e-9), 2),
+        "wait_p50_ms": round(statistics.median(waits) * 1e3, 1) if waits else None,
+        "wait_max_ms": round(max(waits) * 1e3, 1) if waits else None,
+        "max_gap_s": round(max(gaps), 3) if gaps else None,
+        "longest_run": longest,
+        "errors": dict(errors),
+    }
+
+
+def run(*, quick: bool = False) -> dict[str, Any] | None:
+    if not os.environ.get("CHRONOLOCK_BENCH_CASSANDRA"):
+        print("[ring] skipped: set CHRONOLOCK_BENCH_CASSANDRA=h1,h2,h3:port (a running Cassandra 4.x/5.x ring)")
+        return None
+    faults = bool(os.environ.get("CHRONOLOCK_BENCH_RING_CTL"))
+    phase_s = QUICK_PHASE_S if quick else PHASE_S
+    _prepare_schema()
+    data: dict[str, Any] = {
+        "benchmark": "ring",
+        "target": os.environ["CHRONOLOCK_BENCH_CASSANDRA"],
+        "paxos_variant": os.environ.get("CHRONOLOCK_BENCH_PAXOS", "v1 (server default)"),
+        "machine": machine_info(),
+        "uncontended": {},
+        "contended": {},
+    }
+    n = 100 if quick else 300
+    for kind in ("naive", "chronolock"):
+        data["uncontended"][kind] = _uncontended(kind, n)
+        print(f"[ring] uncontended {kind}: {data['uncontended'][kind]}", flush=True)
+    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"chronolock-bench-ring-{os.getpid()}"
+    workdir.mkdir(exist_ok=True)
+    for kind in ("naive", "chronolock"):
+        data["contended"][kind] = _contended(kind, workdir, phase_s, faults)
+        print(f"[ring] contended {kind}: {data['contended'][kind]}", flush=True)
+    data["machine"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
+    write_results("ring", data, _markdown(data))
+    return data
+
+
+def _markdown(data: dict[str, Any]) -> str:
+    unc = data["uncontended"]
+    rows = [
+        [
+            kind,
+            u["acquire_p50_ms"],
+            u["acquire_p99_ms"],
+            u["acquire_release_p50_ms"],
+            f"{u['acquire_round_trips']} ({u['acquire_lwt_rounds']})",
+            f"{u['release_round_trips']} ({u['release_lwt_rounds']})",
+        ]
+        for kind, u in unc.items()
+    ]
+    parts = [
+        f"### On a Cassandra ring ({data['target']}, Paxos {data['paxos_variant']})",
+        "",
+        "Uncontended, one process:",
+        "",
+        markdown_table(
+            [
+                "lock",
+                "acquire p50 ms",
+                "acquire p99 ms",
+                "acquire+release p50 ms",
+                "acquire: round trips (LWT)",
+                "release: round trips (LWT)",
+            ],
+            rows,
+        ),
+        "",
+        f"Ratio chronolock ÷ naive, acquire p50: "
+        f"{unc['chronolock']['acquire_p50_ms'] / unc['naive']['acquire_p50_ms']:.2f}",
+        "",
+        "Contended, P = 5 processes, no work inside the lock:",
+        "",
+    ]
+    table = []
+    for kind, result in data["contended"].items():
+        for ph in result["phases"]:
+            table.append(
+                [
+                    kind,
+                    ph["phase"],
+                    ph["acquisitions_per_s"],
+                    ph["wait_p50_ms"] if ph["wait_p50_ms"] is not None else "–",
+                    ph["wait_max_ms"] if ph["wait_max_ms"] is not None else "–",
+                    ph["max_gap_s"] if ph["max_gap_s"] is not None else "–",
+                    ph["longest_run"],
+                    ", ".join(f"{k} × {v}" for k, v in sorted(ph["errors"].items())) or "none",
+                ]
+            )
+    parts.append(
+        markdown_table(
+            ["lock", "phase", "acq/s", "wait p50 ms", "wait max ms", "longest gap s", "longest run", "errors"],
+            table,
+        )
+    )
+    m = data["machine"]
+    parts += [
+        "",
+        f"Machine: {m['cpus']} cores shared by the ring's JVMs, the workers and the benchmark; "
+        f"load average {m['loadavg_1m_at_start']} at start, {m.get('loadavg_1m_at_end')} at the end.",
+    ]
+    return "\n".join(parts)
