@@ -189,7 +189,12 @@ class Keeper:
                         break
                     self._cond.wait(None if not self._heap else min(self._heap[0][0] - now, 1.0))
                 work = self._claim(kind, target)
-                if work is not None and kind == _RENEW and isinstance(target, HeldLease):
+                if (
+                    work is not None
+                    and kind == _RENEW
+                    and isinstance(target, HeldLease)
+                    and self._store.batches_compare_and_set
+                ):
                     batch = self._more_holders_due(target, now)
                     if len(batch) > 1:
                         work = partial(self._renew_holders, batch)

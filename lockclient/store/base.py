@@ -133,6 +133,10 @@ class CellStore(ABC):
     supports_compare_and_set: bool = True
     #: True when processes on several machines may share this store (their wall clocks differ).
     spans_machines: bool = False
+    #: True when :meth:`compare_and_set_many` really batches (one transaction, or requests that
+    #: overlap and answer independently); the default runs them one after the other, so a
+    #: caller should not batch independent work through it (one slow call would delay the rest).
+    batches_compare_and_set: bool = False
 
     @property
     @abstractmethod

@@ -108,12 +108,13 @@ DEFAULT_TIMEOUT: Final = 2.0
 elsewhere, or resolved — while the lease is still valid."""
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 """Seconds to connect (URL option ``connect_timeout``)."""
-DEFAULT_HEARTBEAT: Final = 1.0
+DEFAULT_HEARTBEAT: Final = 0.5
 """Seconds between heartbeats on a connection that received nothing (URL option ``heartbeat``;
 0 turns them off). A node that stops answering (SIGSTOP, a GC pause, a frozen VM) stays "up" in
 gossip for as long as it is stopped, so the driver would keep sending it requests that wait out
-their timeouts; a heartbeat unanswered within ``timeout`` marks its connections defunct and the
-host down, and requests go to the other replicas."""
+their timeouts; a heartbeat unanswered within ``heartbeat_timeout`` (default 1 s, at most
+``timeout``) marks its connections defunct and the host down, and requests go to the other
+replicas. A healthy node answers a heartbeat in milliseconds."""
 DEFAULT_SPECULATE_AFTER: Final = 0.2
 """Seconds after which an idempotent statement (every last-write-wins read and write: they carry
 explicit timestamps) is also sent to the next replica (URL option ``speculate_after``; 0 = never).
@@ -566,7 +567,7 @@ def connect_cluster(
             connect_timeout=parsed.float_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
             control_connection_timeout=parsed.float_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
             idle_heartbeat_interval=parsed.float_option("heartbeat", DEFAULT_HEARTBEAT),
-            idle_heartbeat_timeout=timeout,
+            idle_heartbeat_timeout=min(timeout, parsed.float_option("heartbeat_timeout", 1.0)),
             **dialect.cluster_options(user, secret),
         )
     except Exception as exc:
@@ -595,6 +596,7 @@ class CassandraStore(CellStore):
     """:class:`CellStore` on Cassandra. Thread-safe (the driver session is); one per process."""
 
     spans_machines = True
+    batches_compare_and_set = True
 
     _CONCURRENCY: ClassVar[int] = 16
     """Threads for :meth:`run_concurrently` (calls block on the driver, which is thread-safe)."""

@@ -71,6 +71,7 @@ class CountingStore(CellStore):
         self.counts = counts if counts is not None else OpCounts()
         self.supports_compare_and_set = store.supports_compare_and_set
         self.spans_machines = store.spans_machines
+        self.batches_compare_and_set = store.batches_compare_and_set
         self._grouped = 0
         self._lock = threading.Lock()  # grouped calls may run on the adapter's threads
 

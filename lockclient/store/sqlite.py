@@ -115,6 +115,8 @@ def _cas_in_transaction(conn: sqlite3.Connection, op: CompareAndSet) -> CasResul
 class SQLiteStore(CellStore):
     """:class:`CellStore` on one SQLite file. Safe to share between threads and processes."""
 
+    batches_compare_and_set = True
+
     def __init__(self, path: str, *, busy_timeout: float = 5.0, gc_grace: float = 3600.0) -> None:
         self._path = path
         self._busy_timeout = busy_timeout
