@@ -473,9 +473,14 @@ def check_no_leaks(h: History) -> list[Violation]:
 # -- FIFO ------------------------------------------------------------------------------------------
 
 
+def _ticket_us(ticket: str) -> int:
+    return int(ticket[:20])
+
+
 def check_fifo(h: History, *, enqueue_margin: float = 1.0, max_wait: float = 60.0) -> list[Violation]:
-    """A waiter A with ticket < B's ticket, invoked ``enqueue_margin`` before B and undisturbed from
-    its invocation to its grant, must be granted first (smaller token)."""
+    """A waiter A whose ticket is at least ``enqueue_margin`` older than B's (so its queue cell was
+    written before B even took its ticket) and that was undisturbed from its invocation to its
+    grant, must be granted first (smaller token). Tickets start with their global time in µs."""
     out: list[Violation] = []
     margin = int(enqueue_margin * NS)
     window = int(max_wait * NS)
@@ -488,15 +493,19 @@ def check_fifo(h: History, *, enqueue_margin: float = 1.0, max_wait: float = 60.
         invokes = [a.invoke for a in grants]
         for b in grants:
             lo = bisect.bisect_left(invokes, b.invoke - window)
-            hi = bisect.bisect_right(invokes, b.invoke - margin)
+            hi = bisect.bisect_right(invokes, b.invoke)
             for a in grants[lo:hi]:
                 assert a.token is not None and b.token is not None and a.ticket is not None and b.ticket is not None
-                if a.ticket < b.ticket and a.token > b.token and not h.disturbed(a.proc, a.pid, a.invoke, a.complete):
+                if (
+                    a.token > b.token
+                    and _ticket_us(b.ticket) - _ticket_us(a.ticket) >= margin // 1000
+                    and not h.disturbed(a.proc, a.pid, a.invoke, a.complete)
+                ):
                     out.append(
                         Violation(
                             "fifo",
                             f"{lock}: {b.op_id} (ticket {b.ticket}) was granted token {b.token} before {a.op_id} "
-                            f"(earlier ticket {a.ticket}, invoked {(b.invoke - a.invoke) / NS:.3f}s earlier, "
+                            f"(ticket {(_ticket_us(b.ticket) - _ticket_us(a.ticket)) / 1e6:.3f}s earlier: {a.ticket}, "
                             f"undisturbed) got token {a.token}",
                             [h.by_id[a.op_id]["invoke"], h.by_id[b.op_id]["invoke"]],
                         )

@@ -240,26 +240,26 @@ def test_leaks_accept_a_dead_holder_that_was_revoked() -> None:
 
 def test_fifo_passes_when_grants_follow_tickets() -> None:
     b = B()
-    b.acquire(0.0, 0.1, token=1, owner="a", ticket="001a")
-    b.acquire(1.0, 2.0, proc="w2", pid=2, token=2, owner="b", ticket="002b")
-    b.acquire(1.5, 2.5, proc="w3", pid=3, token=3, owner="c", ticket="003c")
+    b.acquire(0.0, 0.1, token=1, owner="a", ticket=f"{1_000_000:020d}a")
+    b.acquire(1.0, 2.0, proc="w2", pid=2, token=2, owner="b", ticket=f"{2_000_000:020d}b")
+    b.acquire(1.5, 2.5, proc="w3", pid=3, token=3, owner="c", ticket=f"{3_000_000:020d}c")
     assert check_fifo(b.history(), enqueue_margin=0.2) == []
 
 
 def test_fifo_flags_an_overtaken_undisturbed_waiter_but_excuses_a_disturbed_one() -> None:
     b = B()
-    b.acquire(0.0, 3.0, proc="w2", pid=2, token=3, owner="b", ticket="002b")
-    b.acquire(1.0, 2.0, proc="w3", pid=3, token=2, owner="c", ticket="003c")
+    b.acquire(0.0, 3.0, proc="w2", pid=2, token=3, owner="b", ticket=f"{2_000_000:020d}b")
+    b.acquire(1.0, 2.0, proc="w3", pid=3, token=2, owner="c", ticket=f"{3_000_000:020d}c")
     found = check_fifo(b.history(), enqueue_margin=0.5)
-    assert len(found) == 1 and "earlier ticket" in found[0].message
+    assert len(found) == 1 and "1.000s earlier" in found[0].message
     b.fault(0.5, 0.7, "pause", "w2", [2])
     assert check_fifo(b.history(), enqueue_margin=0.5) == []
 
 
 def test_fifo_ignores_waiters_whose_queue_cell_may_not_have_been_written_yet() -> None:
-    b = B()
-    b.acquire(0.0, 3.0, proc="w2", pid=2, token=3, owner="b", ticket="002b")
-    b.acquire(0.1, 2.0, proc="w3", pid=3, token=2, owner="c", ticket="003c")
+    b = B()  # b invoked a second earlier, but took its ticket only 10 ms before c took its own
+    b.acquire(0.0, 3.0, proc="w2", pid=2, token=3, owner="b", ticket=f"{2_000_000:020d}b")
+    b.acquire(1.0, 2.0, proc="w3", pid=3, token=2, owner="c", ticket=f"{2_010_000:020d}c")
     assert check_fifo(b.history(), enqueue_margin=0.5) == []
 
 
