@@ -27,6 +27,7 @@ import contextlib
 import inspect
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -53,6 +54,10 @@ from tests.faults.recorder import Recorder  # noqa: E402
 
 NS = 1_000_000_000
 _WRITE_TAKES_HOLDER = "holder" in inspect.signature(FencedResource.write).parameters
+
+
+class Terminated(Exception):
+    """SIGTERM arrived (lockctl stopping its command)."""
 
 
 def pause(seconds: float) -> None:
@@ -209,11 +214,13 @@ class Worker:
             try_ = self.rng.random() < self.args.try_p
             mode = "try" if try_ else "get"
             timeout = self.rng.uniform(0.2, self.args.timeout)
-            self.rec.emit("invoke", op="acquire", id=op, lock=lock_id, mode=mode, timeout=timeout)
             cancel = threading.Event()
             timer = None
             if not try_ and self.rng.random() < self.args.cancel_p:
                 timer = threading.Timer(self.rng.uniform(0, 0.5), cancel.set)
+            self.rec.emit("invoke", op="acquire", id=op, lock=lock_id, mode=mode, timeout=timeout,
+                          cancel="event" if timer else None)  # fmt: skip
+            if timer is not None:
                 timer.start()
             try:
                 lock = locker.try_get_lock(lock_id) if try_ else locker.get_lock(lock_id, timeout, cancel=cancel)
@@ -250,7 +257,10 @@ class Worker:
             timeout = rng.uniform(0.2, self.args.timeout)
             style = rng.random()
             mode = "aget"
-            self.rec.emit("invoke", op="acquire", id=op, lock=lock_id, mode=mode, timeout=timeout)
+            cancel = "timeout" if style < self.args.cancel_p else None
+            if cancel is None and style < self.args.cancel_p + self.args.double_cancel_p:
+                cancel = "twice"
+            self.rec.emit("invoke", op="acquire", id=op, lock=lock_id, mode=mode, timeout=timeout, cancel=cancel)
             try:
                 if style < self.args.cancel_p:
                     async with asyncio.timeout(rng.uniform(0, 0.5)):
@@ -322,7 +332,21 @@ class Worker:
         lock_id = os.environ["CHRONOLOCK_LOCK_ID"]
         token = int(os.environ["CHRONOLOCK_FENCING_TOKEN"])
         owner = os.environ["CHRONOLOCK_LOCK_OWNER"]
+
+        def terminated(signum: int, frame: object) -> None:
+            raise Terminated(signum)
+
+        # lockctl sends SIGTERM when it loses the lock: record the moment we stop, not when lockctl exits.
+        signal.signal(signal.SIGTERM, terminated)
         self.rec.emit("cmd_start", id=op, lock=lock_id, owner=owner, token=token, supervisor=os.getppid())
+        try:
+            self._command_body(op, lock_id, token, owner)
+        except Terminated:
+            self.rec.emit("cmd_exit", id=op, lock=lock_id, owner=owner, reason="SIGTERM")
+            raise SystemExit(128 + signal.SIGTERM) from None
+        self.rec.emit("cmd_exit", id=op, lock=lock_id, owner=owner, reason="done")
+
+    def _command_body(self, op: str, lock_id: str, token: int, owner: str) -> None:
         with open_store(os.environ["CHRONOLOCK_STORE_URL"]) as store:
             guard = FencedResource(store, f"res:{lock_id}")
             fields = {"op": "write", "lock": lock_id, "token": token, "owner": owner}
@@ -338,7 +362,6 @@ class Worker:
             else:
                 self.rec.emit("ok", id=wid, **fields, result="ok")
         pause(float(os.environ.get("FAULTS_HOLD", "0")))
-        self.rec.emit("cmd_exit", id=op, lock=lock_id, owner=owner)
 
     def main(self) -> int:
         if self.args.kind == "command":

@@ -1,0 +1,78 @@
+"""Minimal, deterministic schedules for what the nemesis found, judged by the same checkers.
+
+Each test replays the smallest schedule that shows one finding, records the history the way the
+workers do, and asserts that the checkers find nothing. While the library still has the bug the
+test is ``xfail(strict=True)``: it turns into a failure (XPASS) the day the fix lands, so the
+marker must then be removed. The README of this folder lists each finding with its seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from lockclient import LockTimeout, RemoteLocker, open_store
+from tests.faults.checkers import History, check_liveness, check_no_leaks
+from tests.faults.recorder import Recorder, merge
+
+pytestmark = pytest.mark.timeout(60)
+
+LEASE = 1.5
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 8 finding 5 (seen by the mixed run, seed 20261123, no other fault): cancelling aget_lock "
+    "twice leaks a lock that is renewed forever; the next contender times out (liveness) and the store is "
+    "not empty after the run (leak)",
+)
+def test_double_cancelled_aget_lock_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Schedule: one task calls ``aget_lock`` on a free lock and is cancelled twice, 1 ms and then one
+    event-loop turn later (an ``asyncio.timeout`` inside a TaskGroup being shut down does exactly
+    this); then another client wants the lock."""
+    store_url = f"sqlite:///{tmp_path / 'cells.db'}"
+    (tmp_path / "h").mkdir()
+    rec = Recorder(tmp_path / "h" / "w.jsonl", "w")
+    lock_id = "finding:double-cancel"
+    with open_store(store_url) as store, RemoteLocker(store, lease=LEASE) as locker:
+
+        async def cancelled_twice() -> None:
+            op = rec.next_id()
+            rec.emit("invoke", op="acquire", id=op, lock=lock_id, mode="aget", cancel="twice")
+            task = asyncio.ensure_future(locker.aget_lock(lock_id, 5.0))
+            await asyncio.sleep(0.001)
+            task.cancel()
+            await asyncio.sleep(0)
+            task.cancel()
+            try:
+                lock = await task
+            except asyncio.CancelledError:
+                rec.emit("fail", op="acquire", id=op, lock=lock_id, mode="aget", error="cancelled")
+            else:  # acquired after all: hold and release it properly
+                rec.emit("ok", op="acquire", id=op, lock=lock_id, mode="aget", owner=lock.owner,
+                         token=lock.fencing_token, until=int(lock.valid_until * 1e9))  # fmt: skip
+                await asyncio.to_thread(lock.release)
+
+        asyncio.run(cancelled_twice())
+
+        with RemoteLocker(open_store(store_url), lease=LEASE, owns_store=True) as other:
+            op = rec.next_id()
+            rec.emit("invoke", op="acquire", id=op, lock=lock_id, mode="get")
+            try:
+                lock = other.get_lock(lock_id, timeout=3 * LEASE + 3)
+            except LockTimeout:
+                rec.emit("fail", op="acquire", id=op, lock=lock_id, mode="get", error="timeout")
+            else:
+                rec.emit("ok", op="acquire", id=op, lock=lock_id, mode="get", owner=lock.owner,
+                         token=lock.fencing_token, until=int(lock.valid_until * 1e9))  # fmt: skip
+                lock.release()
+        threading.Event().wait(0.1)
+        st = locker.status(lock_id)
+        rec.emit("final", lock=lock_id, holders=st.holders, queue=[q.owner for q in st.queue], leases=sorted(st.leases))
+    rec.close()
+    h = History(merge(tmp_path / "h", tmp_path / "history.jsonl"))
+    violations = [*check_no_leaks(h), *check_liveness(h, bound=LEASE + 0.2 + 0.5 + 2.0)]
+    assert violations == [], "\n".join(str(v) for v in violations)
