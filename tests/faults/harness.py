@@ -66,8 +66,8 @@ class Settings:
     max_skew: float = 1.0
     tick: float = 0.5
     locks: tuple[str, ...] = tuple(f"mix:{i}" for i in range(8))
-    sync_workers: int = 4
-    async_workers: int = 2
+    sync_workers: int = 6
+    async_workers: int = 3
     lockctl_workers: int = 2
     faketime_workers: int = 2  # the first N sync/async workers get a run-time clock file
     fiu_workers: int = 1  # the next N sync workers run under fiu-run
@@ -76,8 +76,8 @@ class Settings:
     nemesis_gap: tuple[float, float] = (0.5, 2.5)
     max_active: int = 2
     fault_weights: dict[str, float] = field(default_factory=dict)
-    now_period: float = 0.5
-    waker_workers: int = 2
+    now_period: float = 1.0
+    waker_workers: int = 8
     """Workers that wait through leasewatch's long-poll (the others poll the store): each awaited
     lock costs leasewatch a store poll every 10 ms, the largest CPU cost on a 2-core machine."""
     lockctl_pause: float = 1.0
