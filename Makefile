@@ -5,10 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests use: libfaketime (skewed clocks), a Java runtime (the local
-# Cassandra 1.2 node), chromium (the leasewatch page test).
-DEBIAN_PACKAGES := faketime libfaketime chromium
+# Cassandra 1.2 node), chromium (the leasewatch page test); for tests/faults: fiu-utils
+# (I/O errors injected into a live process), util-linux (unshare, mount) and iproute2.
+DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils util-linux iproute2
 
-.PHONY: up test lint install system-deps bench clean
+.PHONY: up test lint install system-deps bench soak clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +44,14 @@ up: install
 
 bench: install
 	$(PY) -m bench
+
+# The mixed-fault run of tests/faults for SOAK_SECONDS (default 10 minutes) with a fresh seed
+# (printed; CHRONOLOCK_FAULT_SEED=... replays it), judged by the same checkers as in `make test`.
+SOAK_SECONDS ?= 600
+soak: install system-deps
+	CHRONOLOCK_FAULT_DURATION=$(SOAK_SECONDS) CHRONOLOCK_FAULT_ACQUISITIONS=1000000000 \
+	CHRONOLOCK_FAULT_SEED=$${CHRONOLOCK_FAULT_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')} \
+	$(PY) -m pytest tests/faults/test_mixed.py -s -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) .chronolock .pytest_cache .mypy_cache .ruff_cache

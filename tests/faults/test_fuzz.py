@@ -25,15 +25,21 @@ pytest.importorskip("schemathesis")
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
 
 from lockclient import RemoteLocker, open_store
 from tests.support.procs import Fleet, ServiceProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    # schemathesis' strategies use the random module, which hypothesis deprecates (its warning, not ours).
+    pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning"),
+]
 
 TOKEN = "fuzz-admin-token"
-EXAMPLES = 40
-"""Per operation and generation mode; 9 operations x 2 modes x 40 requests run in about a minute."""
+EXAMPLES = 30
+"""Per operation and generation mode (operations without parameters need only a couple)."""
 LOCKS = ("fuzz:held", "fuzz:other")
 
 
@@ -117,8 +123,8 @@ def fuzz(stack: Stack, service: ServiceProcess, label: str) -> list[str]:
                 headers = dict(case.headers or {})
                 query = case.query or {}
                 timeout = query.get("timeout")
-                if case.formatted_path.endswith("/wait") and isinstance(timeout, int | float) and 1.0 < timeout <= 30:
-                    query["timeout"] = 1.0  # a valid long-poll waits all of it here (nothing moves): keep runs short
+                if case.formatted_path.endswith("/wait") and isinstance(timeout, int | float) and 0.3 < timeout <= 30:
+                    query["timeout"] = 0.3  # a valid long-poll waits all of it here (nothing moves): keep runs short
                 if admin and case.method.upper() == "POST":
                     headers["Authorization"] = f"Bearer {TOKEN}"
                 before = stack.snapshot()
@@ -136,7 +142,12 @@ def fuzz(stack: Stack, service: ServiceProcess, label: str) -> list[str]:
                             f"but changed the state: {before} -> {after}"
                         )
 
-            one()
+            try:
+                one()
+            except Unsatisfiable:
+                if mode is schemathesis.GenerationMode.POSITIVE:
+                    raise
+                # No parameters to break (GET /now, /healthz, ...): no negative case exists.
     print(f"{label}: {sum(counts.values())} requests over {len(counts)} operations: {counts}")
     return problems
 

@@ -39,12 +39,12 @@ def run_mixed(tmp_path: Path, settings: Settings) -> None:
     assert not report.violations, f"{len(report.violations)} violations; history: {report.history}\n{text}"
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(int(float(os.environ.get("CHRONOLOCK_FAULT_DURATION", "480"))) + 600)
 def test_mixed_faults_on_the_embedded_store(tmp_path: Path) -> None:
     settings = Settings(
         seed=seed_from_env(CI_SEED),
         target_acquisitions=int(os.environ.get("CHRONOLOCK_FAULT_ACQUISITIONS", "10000")),
-        max_duration=float(os.environ.get("CHRONOLOCK_FAULT_DURATION", "300")),
+        max_duration=float(os.environ.get("CHRONOLOCK_FAULT_DURATION", "480")),
         nemesis=os.environ.get("CHRONOLOCK_FAULT_NEMESIS", "1") != "0",
         worker_args=tuple(os.environ.get("CHRONOLOCK_FAULT_WORKER_ARGS", "").split()),
     )
