@@ -35,6 +35,7 @@ against DESIGN.md §7:
 from __future__ import annotations
 
 import bisect
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -603,6 +604,9 @@ def check_liveness(h: History, *, bound: float) -> list[Violation]:
 
 @dataclass
 class NowStats:
+    """``max_ahead_s`` / ``max_behind_s``: the largest offset of a /now value from real time that the
+    read's own window [invoke, complete] allows (so they include the read's latency)."""
+
     reads: int
     failed: int
     max_ahead_s: float
@@ -633,12 +637,13 @@ def check_now(h: History, *, max_skew: float, wall_minus_mono_ns: int) -> tuple[
             )
         )
     skew_us = max_skew * 1e6
-    ahead = behind = 0.0
+    ahead = behind = -math.inf
     for read, e in zip(reads, raw, strict=True):
         wall_invoke_us = (read.invoked_ns + wall_minus_mono_ns) / 1000
         wall_complete_us = (read.completed_ns + wall_minus_mono_ns) / 1000
-        ahead = max(ahead, (read.value - wall_complete_us) / 1e6)
-        behind = max(behind, (wall_invoke_us - read.value) / 1e6)
+        # The value was produced somewhere inside [invoke, complete]: these bound its offset.
+        ahead = max(ahead, (read.value - wall_invoke_us) / 1e6)
+        behind = max(behind, (wall_complete_us - read.value) / 1e6)
         if read.value > wall_complete_us + skew_us or read.value < wall_invoke_us - skew_us:
             out.append(
                 Violation(
@@ -649,7 +654,7 @@ def check_now(h: History, *, max_skew: float, wall_minus_mono_ns: int) -> tuple[
                 )
             )
     failed = sum(1 for e in h.events if e["type"] == "now" and not e.get("ok"))
-    return out, NowStats(len(reads), failed, ahead, behind)
+    return out, NowStats(len(reads), failed, max(ahead, 0.0), max(behind, 0.0))
 
 
 # -- everything ------------------------------------------------------------------------------------

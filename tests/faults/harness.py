@@ -102,6 +102,7 @@ DEFAULT_WEIGHTS = {
     "pause-leasewatch": 1,
     "clock-worker": 2,
     "clock-timesvc": 2,
+    "clock-leasewatch": 1,
     "partition-worker": 3,
     "store-busy": 2,
     "io-errors": 1,
@@ -468,7 +469,7 @@ class MixedRun:
             else:
                 self._pause(step, f"{role}:{svc.name}", [svc.proc.pid])
             return
-        if kind in ("clock-worker", "clock-timesvc"):
+        if kind in ("clock-worker", "clock-timesvc", "clock-leasewatch"):
             if kind == "clock-worker":
                 slots = [w for w in self.workers if w.clock_file is not None and w.proc is not None]
                 if not slots:
@@ -477,9 +478,10 @@ class MixedRun:
                 assert slot.clock_file is not None and slot.proc is not None
                 target, clock_file, pids = slot.name, slot.clock_file, [slot.proc.pid]
             else:
-                svc = self.pick([s for s in self.services if s.role == "timesvc"], step.target)
+                role = kind.split("-")[1]
+                svc = self.pick([s for s in self.services if s.role == role], step.target)
                 assert svc.proc is not None
-                target, clock_file, pids = f"timesvc:{svc.name}", svc.clock_file, [svc.proc.pid]
+                target, clock_file, pids = f"{role}:{svc.name}", svc.clock_file, [svc.proc.pid]
             fid = self._fault(step, target, pids)
             clock_file.write_text(step.params["spec"] + "\n")
             self._wait(step.duration)
@@ -820,8 +822,8 @@ class Report:
             f"fenced writes accepted {self.writes}, refused stale {self.stale_writes}",
             f"faults injected {sum(self.faults.values())}: {dict(sorted(self.faults.items()))}",
             f"revocations (unchanged for, as leasewatch saw it): {self.revocation_summary()}",
-            f"/now reads {self.now.reads} ({self.now.failed} failed); max ahead of real time "
-            f"{self.now.max_ahead_s:+.3f}s, max behind {self.now.max_behind_s:.3f}s",
+            f"/now reads {self.now.reads} ({self.now.failed} failed); offset to real time at most "
+            f"{self.now.max_ahead_s:.3f}s ahead, {self.now.max_behind_s:.3f}s behind (read latency included)",
             f"violations {len(self.violations)} {dict(by_checker)}",
             f"run time {self.duration_s:.1f}s; history {self.history}",
         ]

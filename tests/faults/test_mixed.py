@@ -20,6 +20,24 @@ pytestmark = pytest.mark.slow
 CI_SEED = 20261123
 """The CI run is reproducible: a fixed seed unless CHRONOLOCK_FAULT_SEED says otherwise."""
 
+KNOWN_OPEN_FINDINGS = {
+    "--double-cancel-p": (
+        "issue 8 finding 5: cancelling aget_lock twice leaks a held lock renewed forever; replayed "
+        "deterministically by tests/faults/test_findings.py (xfail strict) until the fix lands"
+    ),
+}
+"""Triggers of findings that are open and replayed elsewhere: left out of the random mix so that this
+run guards everything else. CHRONOLOCK_FAULT_INCLUDE_KNOWN=1 puts them back (then expect violations)."""
+
+
+def worker_args() -> tuple[str, ...]:
+    args = os.environ.get("CHRONOLOCK_FAULT_WORKER_ARGS", "").split()
+    if os.environ.get("CHRONOLOCK_FAULT_INCLUDE_KNOWN") != "1":
+        for flag in KNOWN_OPEN_FINDINGS:
+            if flag not in args:
+                args += [flag, "0"]
+    return tuple(args)
+
 
 def run_mixed(tmp_path: Path, settings: Settings) -> None:
     run = MixedRun(tmp_path, settings)
@@ -46,6 +64,6 @@ def test_mixed_faults_on_the_embedded_store(tmp_path: Path) -> None:
         target_acquisitions=int(os.environ.get("CHRONOLOCK_FAULT_ACQUISITIONS", "10000")),
         max_duration=float(os.environ.get("CHRONOLOCK_FAULT_DURATION", "480")),
         nemesis=os.environ.get("CHRONOLOCK_FAULT_NEMESIS", "1") != "0",
-        worker_args=tuple(os.environ.get("CHRONOLOCK_FAULT_WORKER_ARGS", "").split()),
+        worker_args=worker_args(),
     )
     run_mixed(tmp_path, settings)
