@@ -611,6 +611,9 @@ class NowStats:
     failed: int
     max_ahead_s: float
     max_behind_s: float
+    max_outside_s: float = 0.0
+    """The largest distance of a value from its read's window [invoke, complete] in real time: what
+    is certainly offset, whatever the latency (0 when every value fell inside its window)."""
 
 
 def now_reads(h: History) -> tuple[list[Read], list[Event]]:
@@ -638,12 +641,14 @@ def check_now(h: History, *, max_skew: float, wall_minus_mono_ns: int) -> tuple[
         )
     skew_us = max_skew * 1e6
     ahead = behind = -math.inf
+    outside = 0.0
     for read, e in zip(reads, raw, strict=True):
         wall_invoke_us = (read.invoked_ns + wall_minus_mono_ns) / 1000
         wall_complete_us = (read.completed_ns + wall_minus_mono_ns) / 1000
         # The value was produced somewhere inside [invoke, complete]: these bound its offset.
         ahead = max(ahead, (read.value - wall_invoke_us) / 1e6)
         behind = max(behind, (wall_complete_us - read.value) / 1e6)
+        outside = max(outside, (read.value - wall_complete_us) / 1e6, (wall_invoke_us - read.value) / 1e6)
         if read.value > wall_complete_us + skew_us or read.value < wall_invoke_us - skew_us:
             out.append(
                 Violation(
@@ -654,7 +659,7 @@ def check_now(h: History, *, max_skew: float, wall_minus_mono_ns: int) -> tuple[
                 )
             )
     failed = sum(1 for e in h.events if e["type"] == "now" and not e.get("ok"))
-    return out, NowStats(len(reads), failed, max(ahead, 0.0), max(behind, 0.0))
+    return out, NowStats(len(reads), failed, max(ahead, 0.0), max(behind, 0.0), outside)
 
 
 # -- everything ------------------------------------------------------------------------------------

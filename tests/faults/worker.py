@@ -322,8 +322,8 @@ class Worker:
             code = done.returncode
             typ = "ok" if code == 0 else ("info" if code in (-9, 137) else "fail")
             self.rec.emit(
-                typ, op="acquire", id=op, lock=lock_id, mode="lockctl", exit=code,
-                error=done.stderr.decode(errors="replace")[-300:] if code else "",
+                typ, op="acquire", id=op, lock=lock_id, mode="lockctl", exit=code, error=f"lockctl exit {code}",
+                stderr=done.stderr.decode(errors="replace")[-300:] if code else "",
             )  # fmt: skip
 
     def run_command(self) -> None:
