@@ -616,7 +616,11 @@ class NowStats:
     is certainly offset, whatever the latency (0 when every value fell inside its window)."""
 
 
-def now_reads(h: History) -> tuple[list[Read], list[Event]]:
+def now_reads(h: History, *, tickets: bool = True) -> tuple[list[Read], list[Event]]:
+    """Every ``/now`` value a client saw: the readers' reads and — ``tickets`` — each granted
+    acquisition's ticket, a global time its client took (from timesvc) inside the acquisition's
+    window [invoke, grant]; a ticket may be older than that when the enqueue was retried, never newer,
+    so a ticket counts as a read that completed at the grant and was invoked at the acquisition's invoke."""
     reads = []
     raw = []
     clients: dict[str, int] = {}
@@ -625,12 +629,20 @@ def now_reads(h: History) -> tuple[list[Read], list[Event]]:
             client = clients.setdefault(e["proc"], len(clients))
             reads.append(Read(client, int(e["invoke"]), int(e["t"]), int(e["value"]), str(e.get("replica", ""))))
             raw.append(e)
+    if tickets:
+        for a in h.acquisitions:
+            if a.outcome == "ok" and a.ticket:
+                client = clients.setdefault(a.proc, len(clients))
+                reads.append(Read(client, a.invoke, a.complete, int(a.ticket[:20]), f"ticket of {a.op_id}"))
+                raw.append({"type": "ticket", "proc": a.proc, "id": a.op_id, "t": a.complete, "ticket": a.ticket})
     return reads, raw
 
 
-def check_now(h: History, *, max_skew: float, wall_minus_mono_ns: int) -> tuple[list[Violation], NowStats]:
+def check_now(
+    h: History, *, max_skew: float, wall_minus_mono_ns: int, tickets: bool = True
+) -> tuple[list[Violation], NowStats]:
     out: list[Violation] = []
-    reads, raw = now_reads(h)
+    reads, raw = now_reads(h, tickets=tickets)
     for read, required in monotonic_read_violations(reads):
         out.append(
             Violation(
