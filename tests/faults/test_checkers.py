@@ -345,3 +345,15 @@ def test_merge_sorts_marks_open_invocations_indeterminate_and_skips_a_torn_line(
     assert [e["type"] for e in events] == ["proc_start", "invoke", "info"]
     assert events[-1]["id"] == op
     assert len((tmp_path / "history.jsonl").read_text().splitlines()) == 3
+
+
+def test_now_judges_tickets_as_reads_taken_inside_their_acquisition() -> None:
+    b = B()
+    wall = 1000.0
+    b.acquire(1.0, 1.01, token=1, owner="a", ticket=f"{int((wall + 1.005) * 1e6):020d}a")
+    assert check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)[0] == []
+    b.acquire(2.0, 2.01, proc="w2", pid=2, token=2, owner="b", ticket=f"{int((wall - 4.0) * 1e6):020d}b")
+    violations, stats = check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)
+    kinds = sorted(v.checker for v in violations)
+    assert kinds == ["now-monotonic", "now-offset"], violations  # 6 s stale, and below a's earlier ticket
+    assert stats.max_outside_s > 5.9
