@@ -84,6 +84,8 @@ class Settings:
     lockctl_pause: float = 1.0
     slack: float = 2.0
     nemesis: bool = True
+    avoid_known_findings: bool = True
+    """Restart a killed timesvc replica only once GlobalTime is being published again (finding 2)."""
     worker_args: tuple[str, ...] = ()
 
     @property
@@ -258,6 +260,7 @@ class MixedRun:
         self.schedule: list[Step] = []
         self.started_at = 0.0
         self._busy: set[str] = set()
+        self._active: dict[str, str] = {}
         self.skipped = 0
 
     # -- processes ---------------------------------------------------------------------------------
@@ -409,6 +412,8 @@ class MixedRun:
     def _fault(self, step: Step, target: str, pids: list[int], **params: Any) -> str:
         fid = f"f{self.faults_injected.total() + 1}"
         self.faults_injected[step.fault] += 1
+        with self._lock:
+            self._active[fid] = step.fault
         kind = FAULT_KINDS.get(step.fault, step.fault.split("-")[0])
         self.nem.emit("fault_start", fid=fid, fault=kind, name=step.fault, target=target,
                       pids=pids, params={**step.params, **params, "duration": step.duration})  # fmt: skip
@@ -416,6 +421,16 @@ class MixedRun:
 
     def _end(self, fid: str, **fields: Any) -> None:
         self.nem.emit("fault_end", fid=fid, **fields)
+        with self._lock:
+            self._active.pop(fid, None)
+
+    def _global_time_stale(self) -> bool:
+        """Whether GlobalTime may be going stale now: the store refuses writes, or timesvc replicas are
+        paused or down. A replica started then serves stale time (finding 2 of tests/faults/README.md)."""
+        with self._lock:
+            return any(
+                name in ("store-busy", "disk-full", "pause-timesvc", "kill-timesvc") for name in self._active.values()
+            )
 
     def _wait(self, seconds: float) -> None:
         self._stopping.wait(seconds)
@@ -469,6 +484,12 @@ class MixedRun:
                 svc.proc.kill()
                 svc.proc.stop()  # closes its log
                 self._wait(step.duration)
+                if role == "timesvc" and self.s.avoid_known_findings:
+                    with self._lock:
+                        self._active.pop(fid, None)  # our own kill does not count
+                    deadline = time.monotonic() + 60
+                    while self._global_time_stale() and time.monotonic() < deadline:
+                        time.sleep(0.05)
                 self.start_service(svc)
                 self._end(fid)
             else:

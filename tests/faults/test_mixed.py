@@ -22,18 +22,26 @@ CI_SEED = 20261123
 
 KNOWN_OPEN_FINDINGS = {
     "--double-cancel-p": (
-        "issue 8 finding 5: cancelling aget_lock twice leaks a held lock renewed forever; replayed "
+        "finding 1 (issue 8 finding 5): cancelling aget_lock twice leaks a held lock renewed forever; replayed "
         "deterministically by tests/faults/test_findings.py (xfail strict) until the fix lands"
+    ),
+    "avoid_known_findings": (
+        "finding 2: a timesvc replica (re)started while GlobalTime is stale serves /now seconds behind real time; "
+        "the nemesis restarts a killed replica only once nothing blocks publishing (test_findings.py replays it)"
     ),
 }
 """Triggers of findings that are open and replayed elsewhere: left out of the random mix so that this
 run guards everything else. CHRONOLOCK_FAULT_INCLUDE_KNOWN=1 puts them back (then expect violations)."""
 
 
+def include_known() -> bool:
+    return os.environ.get("CHRONOLOCK_FAULT_INCLUDE_KNOWN") == "1"
+
+
 def worker_args() -> tuple[str, ...]:
     args = os.environ.get("CHRONOLOCK_FAULT_WORKER_ARGS", "").split()
-    if os.environ.get("CHRONOLOCK_FAULT_INCLUDE_KNOWN") != "1":
-        for flag in KNOWN_OPEN_FINDINGS:
+    if not include_known():
+        for flag in (f for f in KNOWN_OPEN_FINDINGS if f.startswith("--")):
             if flag not in args:
                 args += [flag, "0"]
     return tuple(args)
@@ -65,5 +73,6 @@ def test_mixed_faults_on_the_embedded_store(tmp_path: Path) -> None:
         max_duration=float(os.environ.get("CHRONOLOCK_FAULT_DURATION", "480")),
         nemesis=os.environ.get("CHRONOLOCK_FAULT_NEMESIS", "1") != "0",
         worker_args=worker_args(),
+        avoid_known_findings=not include_known(),
     )
     run_mixed(tmp_path, settings)
