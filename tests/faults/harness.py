@@ -678,9 +678,9 @@ class MixedRun:
             t.join(timeout=60)
 
     def _safe_step(self, step: Step) -> None:
-        # One fault at a time per kind of target: two concurrent kills of one service would each
-        # start a replacement, and the first replacement would outlive the run.
-        family = step.fault.split("-", 1)[1] if "-" in step.fault else step.fault
+        # One fault of each kind at a time: two concurrent kills of one service would each start a
+        # replacement, and the first replacement would outlive the run. Different kinds mix freely.
+        family = step.fault
         with self._lock:
             if family in self._busy:
                 self.skipped += 1
@@ -864,7 +864,7 @@ class Report:
             f"acquisitions {self.acquisitions} of {self.attempts} attempts; indeterminate ops {self.indeterminate}; "
             f"failed attempts {self.failed_by_error}",
             f"fenced writes accepted {self.writes}, refused stale {self.stale_writes}",
-            f"faults injected {sum(self.faults.values())} (skipped {self.skipped}: same target busy): "
+            f"faults injected {sum(self.faults.values())} (skipped {self.skipped}: one of that kind still running): "
             f"{dict(sorted(self.faults.items()))}",
             f"revocations (unchanged for, as leasewatch saw it): {self.revocation_summary()}",
             f"/now reads {self.now.reads} ({self.now.failed} failed); max offset to real time "
