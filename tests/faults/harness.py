@@ -118,6 +118,13 @@ FAULT_KINDS = {"store-busy": "busy", "io-errors": "ioerr", "disk-full": "diskful
 """The ``fault`` recorded in the history (the checkers know ``kill`` and ``pause``)."""
 
 
+RUNAWAY_CLOCK = {"clock-timesvc"}
+PUBLISHING_STOPPED = {"store-busy", "disk-full", "pause-timesvc", "kill-timesvc"}
+"""Finding 3 (issue 8 finding 8): a replica with a fast clock that sees nobody else publish for 4 ticks adopts
+its own clock. With ``avoid_known_findings`` these two groups never overlap in the mix (test_findings.py
+replays the combination deterministically)."""
+
+
 @dataclass
 class Step:
     """One entry of the nemesis' schedule: start after ``delay`` seconds, last ``duration``."""
@@ -210,6 +217,21 @@ class WorkerSlot:
         return f"w{self.index}"
 
 
+def faketime_env(env: dict[str, str], clock_file: Path) -> dict[str, str]:
+    """libfaketime on the process itself, its wall clock read from ``clock_file`` at every call
+    (``FAKETIME_NO_CACHE=1``): writing ``+600s`` / ``+0 x1.5`` / ``+0`` there moves it at run time.
+    The monotonic clock stays real (``Event.wait`` needs it); the sitecustomize fixes ``time.sleep``."""
+    clock_file.write_text("+0\n")
+    env = dict(env)
+    env["LD_PRELOAD"] = libfaketime()
+    env["FAKETIME_TIMESTAMP_FILE"] = str(clock_file)
+    env["FAKETIME_NO_CACHE"] = "1"
+    env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAKETIME_SITE), env.get("PYTHONPATH", "")]))
+    env.pop("FAKETIME", None)
+    return env
+
+
 def children(pid: int) -> list[int]:
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
@@ -265,17 +287,6 @@ class MixedRun:
 
     # -- processes ---------------------------------------------------------------------------------
 
-    def _faketime_env(self, env: dict[str, str], clock_file: Path) -> dict[str, str]:
-        clock_file.write_text("+0\n")
-        env = dict(env)
-        env["LD_PRELOAD"] = libfaketime()
-        env["FAKETIME_TIMESTAMP_FILE"] = str(clock_file)
-        env["FAKETIME_NO_CACHE"] = "1"
-        env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAKETIME_SITE), env.get("PYTHONPATH", "")]))
-        env.pop("FAKETIME", None)
-        return env
-
     def _base_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TIMESVC_", "LEASEWATCH_", "CHRONOLOCK_"))}
         env.pop("LD_PRELOAD", None)
@@ -311,7 +322,7 @@ class MixedRun:
                 LEASEWATCH_LOG_LEVEL="warning",
             )
             command = [str(BIN / "leasewatch"), "serve"]
-        env = self._faketime_env(env, svc.clock_file)
+        env = faketime_env(env, svc.clock_file)
         svc.proc = ServiceProcess(name, command, env, port, self.workdir / f"{svc.name}.log")
         self.rec.emit("proc_start", name=name, role=svc.role, service_pid=svc.proc.pid, port=port)
         svc.proc.wait_healthy(timeout=30)
@@ -355,7 +366,7 @@ class MixedRun:
         env["CHRONOLOCK_LEASE"] = str(self.s.lease)
         env["CHRONOLOCK_HTTP_TIMEOUT"] = "1.0"
         if slot.clock_file is not None:
-            env = self._faketime_env(env, slot.clock_file)
+            env = faketime_env(env, slot.clock_file)
         command = [sys.executable, str(HERE / "worker.py"), name, "--history", str(self.hist)]
         command += ["--kind", slot.kind, "--locks", ",".join(self.s.locks), "--stop-file", str(self.stop_file)]
         command += ["--seed", str(self.s.seed * 1000 + slot.index * 10 + slot.generation)]
@@ -682,7 +693,10 @@ class MixedRun:
         # replacement, and the first replacement would outlive the run. Different kinds mix freely.
         family = step.fault
         with self._lock:
-            if family in self._busy:
+            conflicting = self.s.avoid_known_findings and any(
+                {step.fault, other} & RUNAWAY_CLOCK and {step.fault, other} & PUBLISHING_STOPPED for other in self._busy
+            )
+            if family in self._busy or conflicting:
                 self.skipped += 1
                 return
             self._busy.add(family)
