@@ -150,8 +150,9 @@ class History:
         faults = []
         for fid, s in starts.items():
             end = ends[fid]["t"] if fid in ends else self.end_t
+            start = int(s.get("t_start") or s["t"])  # an observed stall is recorded once it is over
             faults.append(
-                Fault(fid, s["fault"], s.get("target", "*"), list(s.get("pids", [])), s["t"], end, s.get("params", {}))
+                Fault(fid, s["fault"], s.get("target", "*"), list(s.get("pids", [])), start, end, s.get("params", {}))
             )
         return sorted(faults, key=lambda f: f.start)
 

@@ -73,8 +73,8 @@ class Settings:
     faketime_workers: int = 2  # the first N sync/async workers get a run-time clock file
     fiu_workers: int = 1  # the next N sync workers run under fiu-run
     target_acquisitions: int = 10_000
-    max_duration: float = 240.0
-    nemesis_gap: tuple[float, float] = (0.5, 2.5)
+    max_duration: float = 600.0
+    nemesis_gap: tuple[float, float] = (0.8, 3.0)
     max_active: int = 2
     fault_weights: dict[str, float] = field(default_factory=dict)
     now_period: float = 1.0
@@ -83,6 +83,10 @@ class Settings:
     lock costs leasewatch a store poll every 10 ms, the largest CPU cost on a 2-core machine."""
     lockctl_pause: float = 1.0
     slack: float = 2.0
+    stall_threshold: float = 0.5
+    """A probe of the host (a 50 ms sleep) or of the store (taking its write lock) that takes longer than
+    this is recorded as an *observed* fault (``stall``): other work shares this machine, and a stall
+    nobody injected delays grants just like one the nemesis injects."""
     nemesis: bool = True
     avoid_known_findings: bool = True
     """Restart a killed timesvc replica only once GlobalTime is being published again (finding 2)."""
@@ -284,6 +288,7 @@ class MixedRun:
         self._busy: set[str] = set()
         self._active: dict[str, str] = {}
         self.skipped = 0
+        self.stalls: list[float] = []
 
     # -- processes ---------------------------------------------------------------------------------
 
@@ -671,6 +676,40 @@ class MixedRun:
                     count[0] += 1
         return count[0]
 
+    def stall_monitor(self) -> None:
+        """Record host and store stalls nobody injected, as ``stall`` faults (see ``stall_threshold``)."""
+        conn = sqlite3.connect(self.db, timeout=30, isolation_level=None)
+        n = 0
+        try:
+            while not self._stopping.is_set():
+                n += 1
+                started = time.monotonic_ns()
+                self._stopping.wait(0.05)
+                host = (time.monotonic_ns() - started) / 1e9 - 0.05
+                store = 0.0
+                if not self._injected_store_fault():
+                    probe = time.monotonic_ns()
+                    try:
+                        conn.execute("BEGIN IMMEDIATE")
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                    store = (time.monotonic_ns() - probe) / 1e9
+                worst = max(host, store)
+                if worst > self.s.stall_threshold and not self._injected_store_fault():
+                    fid = f"stall{n}"
+                    self.nem.emit("fault_start", fid=fid, fault="stall", name="observed-stall", target="*",
+                                  pids=[], params={"host_s": round(host, 3), "store_s": round(store, 3)},
+                                  t_start=started)  # fmt: skip
+                    self.nem.emit("fault_end", fid=fid)
+                    self.stalls.append(worst)
+        finally:
+            conn.close()
+
+    def _injected_store_fault(self) -> bool:
+        with self._lock:
+            return any(name in ("store-busy", "disk-full") for name in self._active.values())
+
     def nemesis(self) -> None:
         active: list[threading.Thread] = []
         for step in self.schedule:
@@ -717,6 +756,8 @@ class MixedRun:
         self.started_at = time.monotonic()
         nemesis = threading.Thread(target=self.nemesis, daemon=True)
         nemesis.start()
+        monitor = threading.Thread(target=self.stall_monitor, daemon=True)
+        monitor.start()
         offsets: dict[Path, int] = {}
         count = [0]
         deadline = self.started_at + self.s.max_duration
@@ -735,6 +776,7 @@ class MixedRun:
         self.rec.emit("nemesis_stop", acquisitions=count[0])
         self._stopping.set()
         nemesis.join(timeout=90)
+        monitor.join(timeout=60)
         self.heal()
         self.stop_file.touch()
         for slot in self.workers:
@@ -836,6 +878,7 @@ class Report:
     now: NowStats
     duration_s: float
     skipped: int
+    stalls: list[float]
     writes: int
     stale_writes: int
     history: Path
@@ -859,6 +902,7 @@ class Report:
             now=now,
             duration_s=time.monotonic() - run.started_at,
             skipped=run.skipped,
+            stalls=sorted(run.stalls),
             writes=sum(1 for e in writes if e.get("result") == "ok"),
             stale_writes=sum(1 for e in writes if e.get("result") == "stale"),
             history=run.workdir / "history.jsonl",
@@ -879,7 +923,8 @@ class Report:
             f"failed attempts {self.failed_by_error}",
             f"fenced writes accepted {self.writes}, refused stale {self.stale_writes}",
             f"faults injected {sum(self.faults.values())} (skipped {self.skipped}: one of that kind still running): "
-            f"{dict(sorted(self.faults.items()))}",
+            f"{dict(sorted(self.faults.items()))}; observed (not injected) host/store stalls: {len(self.stalls)}"
+            + (f", longest {self.stalls[-1]:.2f}s" if self.stalls else ""),
             f"revocations (unchanged for, as leasewatch saw it): {self.revocation_summary()}",
             f"/now reads {self.now.reads} ({self.now.failed} failed); max offset to real time "
             f"{self.now.max_outside_s:.3f}s outside its read window (bounds with the read's latency: "
