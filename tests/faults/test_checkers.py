@@ -357,3 +357,15 @@ def test_now_judges_tickets_as_reads_taken_inside_their_acquisition() -> None:
     kinds = sorted(v.checker for v in violations)
     assert kinds == ["now-monotonic", "now-offset"], violations  # 6 s stale, and below a's earlier ticket
     assert stats.max_outside_s > 5.9
+
+
+def test_liveness_counts_an_observed_stall_from_when_it_began() -> None:
+    b = B()
+    b.acquire(0.0, 0.1, token=1, owner="a", until=9.0)
+    b.release(1.0, "a")
+    b.acquire(0.5, 6.0, proc="w2", pid=2, token=2, owner="b", until=9.0)
+    assert len(check_liveness(b.history(), bound=3.0)) == 1
+    # The monitor noticed a 2.5 s host stall when it ended: it is recorded then, with its real start.
+    b.ev(4.5, "fault_start", "nemesis", 0, fid="s1", fault="stall", target="*", pids=[], t_start=int(2.0 * S))
+    b.ev(4.5, "fault_end", "nemesis", 0, fid="s1")
+    assert check_liveness(b.history(), bound=3.0) == []

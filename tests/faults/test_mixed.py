@@ -68,12 +68,12 @@ def run_mixed(tmp_path: Path, settings: Settings) -> None:
     assert not report.violations, f"{len(report.violations)} violations; history: {report.history}\n{text}"
 
 
-@pytest.mark.timeout(int(float(os.environ.get("CHRONOLOCK_FAULT_DURATION", "480"))) + 600)
+@pytest.mark.timeout(int(float(os.environ.get("CHRONOLOCK_FAULT_DURATION", "600"))) + 600)
 def test_mixed_faults_on_the_embedded_store(tmp_path: Path) -> None:
     settings = Settings(
         seed=seed_from_env(CI_SEED),
         target_acquisitions=int(os.environ.get("CHRONOLOCK_FAULT_ACQUISITIONS", "10000")),
-        max_duration=float(os.environ.get("CHRONOLOCK_FAULT_DURATION", "480")),
+        max_duration=float(os.environ.get("CHRONOLOCK_FAULT_DURATION", "600")),
         nemesis=os.environ.get("CHRONOLOCK_FAULT_NEMESIS", "1") != "0",
         worker_args=worker_args(),
         avoid_known_findings=not include_known(),
