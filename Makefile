@@ -47,11 +47,14 @@ bench: install
 
 # The mixed-fault run of tests/faults for SOAK_SECONDS (default 10 minutes) with a fresh seed
 # (printed; CHRONOLOCK_FAULT_SEED=... replays it), judged by the same checkers as in `make test`.
+# The history, schedule, logs and report stay in SOAK_DIR (pytest prunes its own tmp dirs).
 SOAK_SECONDS ?= 600
+SOAK_DIR ?= .chronolock/soak
 soak: install system-deps
+	rm -rf $(SOAK_DIR)
 	CHRONOLOCK_FAULT_DURATION=$(SOAK_SECONDS) CHRONOLOCK_FAULT_ACQUISITIONS=1000000000 \
 	CHRONOLOCK_FAULT_SEED=$${CHRONOLOCK_FAULT_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')} \
-	$(PY) -m pytest tests/faults/test_mixed.py -s -p no:cacheprovider
+	$(PY) -m pytest tests/faults/test_mixed.py -s -p no:cacheprovider --basetemp=$(SOAK_DIR)
 
 clean:
 	rm -rf $(VENV) .chronolock .pytest_cache .mypy_cache .ruff_cache
