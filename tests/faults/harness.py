@@ -221,11 +221,17 @@ class WorkerSlot:
         return f"w{self.index}"
 
 
+CLOCK_RESET = "+0 x1\n"
+"""What ends a clock fault. A bare ``+0`` would leave a rate (``x1.5``) in force: libfaketime keeps the
+last rate until a spec names another one (seen here: the soak with seed 3476479561 ran a replica 74 s fast
+long after its ``+0 x1.5`` fault had "ended")."""
+
+
 def faketime_env(env: dict[str, str], clock_file: Path) -> dict[str, str]:
     """libfaketime on the process itself, its wall clock read from ``clock_file`` at every call
     (``FAKETIME_NO_CACHE=1``): writing ``+600s`` / ``+0 x1.5`` / ``+0`` there moves it at run time.
     The monotonic clock stays real (``Event.wait`` needs it); the sitecustomize fixes ``time.sleep``."""
-    clock_file.write_text("+0\n")
+    clock_file.write_text(CLOCK_RESET)
     env = dict(env)
     env["LD_PRELOAD"] = libfaketime()
     env["FAKETIME_TIMESTAMP_FILE"] = str(clock_file)
@@ -532,7 +538,7 @@ class MixedRun:
             fid = self._fault(step, target, pids)
             clock_file.write_text(step.params["spec"] + "\n")
             self._wait(step.duration)
-            clock_file.write_text("+0\n")
+            clock_file.write_text(CLOCK_RESET)
             self._end(fid)
             return
         if kind == "partition-worker":
@@ -796,12 +802,12 @@ class MixedRun:
         if self.control is not None:
             self.control.ask("mode w pass")
         for svc in self.services:
-            svc.clock_file.write_text("+0\n")
+            svc.clock_file.write_text(CLOCK_RESET)
             if svc.proc is not None:
                 svc.proc.signal(signal.SIGCONT)
         for slot in self.workers:
             if slot.clock_file is not None:
-                slot.clock_file.write_text("+0\n")
+                slot.clock_file.write_text(CLOCK_RESET)
             if slot.proc is not None and slot.proc.poll() is None:
                 for pid in [slot.proc.pid, *self._descendants(slot.proc.pid)]:
                     with contextlib.suppress(OSError):
