@@ -369,3 +369,13 @@ def test_liveness_counts_an_observed_stall_from_when_it_began() -> None:
     b.ev(4.5, "fault_start", "nemesis", 0, fid="s1", fault="stall", target="*", pids=[], t_start=int(2.0 * S))
     b.ev(4.5, "fault_end", "nemesis", 0, fid="s1")
     assert check_liveness(b.history(), bound=3.0) == []
+
+
+def test_liveness_does_not_judge_lockctl_waiters_whose_enqueue_it_cannot_see() -> None:
+    b = B()
+    b.acquire(0.0, 0.1, token=1, owner="a", until=9.0)
+    b.release(1.0, "a")
+    b.ev(0.5, "invoke", "d1", 10, op="acquire", id="d1:1", lock=LOCK, mode="lockctl")
+    b.ev(6.0, "cmd_start", "cmd", 11, id="d1:1", lock=LOCK, owner="c", token=2, supervisor=12)
+    b.ev(6.1, "cmd_exit", "cmd", 11, id="d1:1", lock=LOCK, owner="c")
+    assert check_liveness(b.history(), bound=3.0) == []
