@@ -6,10 +6,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests use: libfaketime (skewed clocks), a Java runtime (the local
 # Cassandra 1.2 node), chromium (the leasewatch page test), libfiu's fiu-utils (I/O faults
-# injected into one live lockctl process).
-DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils
+# injected into one live process); for tests/faults also util-linux (unshare, mount) and iproute2.
+DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils util-linux iproute2
 
-.PHONY: up test lint install system-deps bench clean
+.PHONY: up test lint install system-deps bench soak clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,17 @@ up: install
 
 bench: install
 	$(PY) -m bench
+
+# The mixed-fault run of tests/faults for SOAK_SECONDS (default 10 minutes) with a fresh seed
+# (printed; CHRONOLOCK_FAULT_SEED=... replays it), judged by the same checkers as in `make test`.
+# The history, schedule, logs and report stay in SOAK_DIR (pytest prunes its own tmp dirs).
+SOAK_SECONDS ?= 600
+SOAK_DIR ?= .chronolock/soak
+soak: install system-deps
+	rm -rf $(SOAK_DIR)
+	CHRONOLOCK_FAULT_DURATION=$(SOAK_SECONDS) CHRONOLOCK_FAULT_ACQUISITIONS=1000000000 \
+	CHRONOLOCK_FAULT_SEED=$${CHRONOLOCK_FAULT_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')} \
+	$(PY) -m pytest tests/faults/test_mixed.py -s -p no:cacheprovider --basetemp=$(SOAK_DIR)
 
 clean:
 	rm -rf $(VENV) .chronolock .pytest_cache .mypy_cache .ruff_cache
