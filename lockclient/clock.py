@@ -148,7 +148,15 @@ def parse_timesvc_urls(urls: str | Sequence[str]) -> list[str]:
 
 
 def _parse_now(response: httpx.Response, url: str) -> int:
-    response.raise_for_status()
+    if response.status_code != 200:
+        # Say why (e.g. "not in sync with global time yet"), not only the status line.
+        try:
+            detail = str(response.json().get("detail", ""))
+        except (ValueError, AttributeError):
+            detail = response.text[:200]
+        raise TimeServiceUnavailable(
+            f"timesvc {url} answered {response.status_code}: {detail or response.reason_phrase}"
+        )
     try:
         value = response.json()["now_us"]
     except (ValueError, KeyError, TypeError) as exc:

@@ -67,6 +67,7 @@ __all__ = [
     "GLOBAL_TIME_COLUMN",
     "GLOBAL_TIME_ROW",
     "ClockReading",
+    "GlobalTimeNotCurrent",
     "GlobalTimeNotEstablished",
     "GlobalTimeReading",
     "GlobalTimeUpdater",
@@ -156,6 +157,10 @@ class GlobalTimeNotEstablished(ClockError):
     """No global time yet: the store is empty and no majority of replicas agrees on a clock."""
 
 
+class GlobalTimeNotCurrent(GlobalTimeNotEstablished):
+    """This replica cannot vouch that global time is current (see :attr:`UpdateResult.current`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class UpdateResult:
     """What one TryUpdateGlobalTime run saw and did."""
@@ -172,6 +177,15 @@ class UpdateResult:
     """Whether the local clock was rejected as runaway."""
     agreeing: int = 0
     """How many replicas' fresh clocks agreed with ours within max_skew (ourselves included)."""
+    current: bool = True
+    """Whether ``now_us`` is known to track real time: this replica's clock agreed with global
+    time (or a majority adopted a clock) at least once since it started. False for a replica
+    that has only ever seen global time far behind its own clock: either global time is stale
+    (the replicas that kept it were down or could not write, and the value is as old as the
+    outage) or this clock runs ahead, and it cannot tell which. Such a value is still safe
+    (persisted, never decreasing), but it may lag real time by the length of the outage, and
+    tickets taken from it would jump ahead of waiters that arrived earlier with a current
+    view — so ``timesvc`` does not hand it out (503) until the replica is in sync."""
 
 
 class GlobalTimeUpdater:
@@ -222,6 +236,7 @@ class GlobalTimeUpdater:
         self._seq = 0
         self._clock_ts = 0
         self._runaway = False
+        self._in_sync = not guard
         self.last_publisher = ""
         self.peer_offsets_us: dict[str, int] = {}
         """Each fresh peer's clock minus ours at the last run (for /status)."""
@@ -300,8 +315,17 @@ class GlobalTimeUpdater:
                     ahead_s=round((local - now) / 1e6, 6),
                 )
             self._runaway = runaway
+            # Once in sync, observed + elapsed tracks real time on the monotonic clock, so a later
+            # runaway verdict (this clock jumped ahead) still leaves now_us current.
+            self._in_sync = self._in_sync or not runaway
             return UpdateResult(
-                now_us=now, read_us=read, local_us=local, published=published, runaway=runaway, agreeing=agreeing
+                now_us=now,
+                read_us=read,
+                local_us=local,
+                published=published,
+                runaway=runaway,
+                agreeing=agreeing,
+                current=self._in_sync,
             )
 
     def _agreeing(self, local: int, reading: GlobalTimeReading, now_ns: int) -> list[int]:

@@ -26,7 +26,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from pydantic import BaseModel, Field
 
 from lockclient.errors import ChronolockError, StoreError, StoreUnavailable
-from lockclient.globaltime import GlobalTimeNotEstablished, GlobalTimeUpdater, UpdateResult, wall_clock_us
+from lockclient.globaltime import (
+    GlobalTimeNotCurrent,
+    GlobalTimeNotEstablished,
+    GlobalTimeUpdater,
+    UpdateResult,
+    wall_clock_us,
+)
 from lockclient.logs import get_logger
 from lockclient.store import CellStore
 from timesvc.coalesce import Coalescer
@@ -52,6 +58,10 @@ class StatusResponse(BaseModel):
     store: str
     ready: bool
     runaway: bool = Field(description="the local wall clock is ahead of global time by more than max_skew")
+    in_sync: bool = Field(
+        description="this replica has agreed with global time at least once since it started; until then "
+        "/now answers 503 (global time may be stale, or this clock runs ahead)"
+    )
     local_offset_us: int | None = Field(description="local wall clock minus global time at the last tick")
     global_us: int | None = Field(description="global time at the last successful tick")
     last_publisher: str = Field(description="replica that last wrote GlobalTime, as last seen")
@@ -172,8 +182,22 @@ class TimeService:
         self.metrics.runaway.set(1 if result.runaway else 0)
 
     async def now(self) -> UpdateResult:
-        """A global time >= every value any replica handed out before this call."""
-        return await self.coalescer()
+        """A global time >= every value any replica handed out before this call.
+
+        Raises :class:`GlobalTimeNotCurrent` while this replica has never been in sync with
+        global time (it started while the value was stale, or its clock runs ahead): clients
+        then use another replica, or retry, instead of taking tickets that may lag real time
+        by as long as the store or the other replicas were out (tests/faults finding 2)."""
+        result = await self.coalescer()
+        if not result.current:
+            majority = self.settings.replicas // 2 + 1
+            raise GlobalTimeNotCurrent(
+                f"replica {self.settings.replica_id} is not in sync with global time yet: its clock is "
+                f"{(result.local_us - result.now_us) / 1e6:.3f}s ahead of the stored value and "
+                f"{result.agreeing} of the {majority} replicas needed agree with it — global time is stale "
+                "(its publishers were down or could not write) or this clock runs ahead"
+            )
+        return result
 
     async def tick(self) -> None:
         """The scheduled TryUpdateGlobalTime run."""
@@ -223,6 +247,7 @@ class TimeService:
             store=self._store.url if self._store is not None else self.settings.store_url.split("@")[-1],
             ready=ready,
             runaway=bool(last and last.runaway),
+            in_sync=bool(last and last.current),
             local_offset_us=None if last is None else last.local_us - last.now_us,
             global_us=None if last is None else last.now_us,
             last_publisher=self._updater.last_publisher if self._updater else "",

@@ -2,8 +2,8 @@
 
 Each test replays the smallest schedule that shows one finding, records the history the way the
 workers do, and asserts that the checkers find nothing. While the library still has the bug the
-test is ``xfail(strict=True)``: it turns into a failure (XPASS) the day the fix lands, so the
-marker must then be removed. The README of this folder lists each finding with its seed.
+test was ``xfail(strict=True)``; every finding so far is fixed, and the tests now guard the fixes.
+The README of this folder lists each finding with its seed and its fix.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lockclient import LockTimeout, RemoteLocker, open_store
+from lockclient import LockTimeout, RemoteLock, RemoteLocker, open_store
 from tests.faults.checkers import History, check_liveness, check_no_leaks, check_now
 from tests.faults.harness import faketime_env
 from tests.faults.recorder import Recorder, merge
@@ -31,12 +31,6 @@ LEASE = 1.5
 MAX_SKEW = 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 8 finding 5 (seen by the mixed run, seed 20261123, no other fault): cancelling aget_lock "
-    "twice leaks a lock that is renewed forever; the next contender times out (liveness) and the store is "
-    "not empty after the run (leak)",
-)
 def test_double_cancelled_aget_lock_leaves_nothing_behind(tmp_path: Path) -> None:
     """Schedule: one task calls ``aget_lock`` on a free lock and is cancelled twice, 1 ms and then one
     event-loop turn later (an ``asyncio.timeout`` inside a TaskGroup being shut down does exactly
@@ -45,6 +39,13 @@ def test_double_cancelled_aget_lock_leaves_nothing_behind(tmp_path: Path) -> Non
     (tmp_path / "h").mkdir()
     rec = Recorder(tmp_path / "h" / "w.jsonl", "w")
     lock_id = "finding:double-cancel"
+
+    def release(lock: RemoteLock) -> None:
+        op = rec.next_id()
+        fields = {"op": "release", "id": op, "lock": lock.lock_id, "owner": lock.owner}
+        rec.emit("invoke", **fields)
+        rec.emit("ok", **fields, result=lock.release())
+
     with open_store(store_url) as store, RemoteLocker(store, lease=LEASE) as locker:
 
         async def cancelled_twice() -> None:
@@ -62,7 +63,7 @@ def test_double_cancelled_aget_lock_leaves_nothing_behind(tmp_path: Path) -> Non
             else:  # acquired after all: hold and release it properly
                 rec.emit("ok", op="acquire", id=op, lock=lock_id, mode="aget", owner=lock.owner,
                          token=lock.fencing_token, until=int(lock.valid_until * 1e9))  # fmt: skip
-                await asyncio.to_thread(lock.release)
+                await asyncio.to_thread(release, lock)
 
         asyncio.run(cancelled_twice())
 
@@ -76,7 +77,7 @@ def test_double_cancelled_aget_lock_leaves_nothing_behind(tmp_path: Path) -> Non
             else:
                 rec.emit("ok", op="acquire", id=op, lock=lock_id, mode="get", owner=lock.owner,
                          token=lock.fencing_token, until=int(lock.valid_until * 1e9))  # fmt: skip
-                lock.release()
+                release(lock)
         threading.Event().wait(0.1)
         st = locker.status(lock_id)
         rec.emit("final", lock=lock_id, holders=st.holders, queue=[q.owner for q in st.queue], leases=sorted(st.leases))
@@ -87,52 +88,66 @@ def test_double_cancelled_aget_lock_leaves_nothing_behind(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the mixed run, seed 7 (store busy 6 s while timesvc t1 was killed and restarted): a replica "
-    "started while GlobalTime is stale takes its own correct clock for runaway and serves /now up to the stall's "
-    "length behind real time (> max_skew); tickets taken from it jump ahead of waiters that arrived earlier",
-)
 def test_replica_started_while_global_time_is_stale_serves_current_time(processes: Fleet, tmp_path: Path) -> None:
-    """Schedule (the mechanism of seed 7, made deterministic): replica t0 publishes GlobalTime; t0 is paused
-    (SIGSTOP, like a long GC pause or a store stall that blocks every publish) for ~5 s; 2.5 s into the pause
-    a fresh replica t1 starts; clients read ``/now`` from t1 for 1 s after its start (t0 still paused), then
-    t0 resumes. t1's clock is correct: every value it serves must be within max_skew of real time."""
+    """Finding 2 (mixed run, seed 7: store busy 6 s while timesvc t1 was killed and restarted): a replica that
+    starts while GlobalTime is stale cannot tell a stale value from its own clock running ahead; it used to
+    serve ``observed + elapsed`` — seconds behind real time — and tickets taken from it jumped ahead of
+    waiters that arrived earlier. Fixed: until it has been in sync once, it answers 503.
+
+    Schedule (made deterministic): a deployment of three replicas; t0 and t2 establish GlobalTime, t2 is
+    stopped for good; t0 is paused (SIGSTOP, like a long GC pause or a store stall that blocks every publish) for
+    ~5 s; 2.5 s into the pause a fresh replica t1 starts; clients read ``/now`` from t1 for 1 s after its
+    start (t0 still paused) and from both for 2 s after t0 resumes. t1's clock is correct: every value served
+    must be within max_skew of real time; t1 answers 503 while it cannot vouch for one, and serves again once
+    t0 is back."""
     store_url = f"sqlite:///{tmp_path / 'cells.db'}"
-    t0 = processes.timesvc(store_url, name="t0", max_skew=MAX_SKEW)
+    t0 = processes.timesvc(store_url, name="t0", max_skew=MAX_SKEW, replicas=3)
+    t2 = processes.timesvc(store_url, name="t2", max_skew=MAX_SKEW, replicas=3)
     t0.wait_ready()
+    t2.wait_ready()
+    t2.stop()  # one replica of three is down for the whole test; t0 and t1 are the majority
     (tmp_path / "h").mkdir()
     rec = Recorder(tmp_path / "h" / "readers.jsonl", "readers")
     wall_minus_mono = time.time_ns() - time.monotonic_ns()
-    t0.signal(signal.SIGSTOP)
-    try:
-        threading.Event().wait(2.5)
-        t1 = processes.timesvc(store_url, name="t1", max_skew=MAX_SKEW)
-        deadline = time.monotonic() + 1.0
-        with httpx.Client(timeout=5) as http:
+    refused_while_paused = 0
+
+    def read_now(http: httpx.Client, replica: ServiceProcess) -> int:
+        invoke = time.monotonic_ns()
+        response = http.get(f"{replica.url}/now")
+        if response.status_code == 200:
+            rec.emit("now", invoke=invoke, ok=True, value=response.json()["now_us"], replica=replica.name)
+        else:
+            assert response.status_code == 503, response.text
+            assert "not in sync" in response.json()["detail"], response.text
+        return response.status_code
+
+    with httpx.Client(timeout=5) as http:
+        t0.signal(signal.SIGSTOP)
+        try:
+            threading.Event().wait(2.5)
+            t1 = processes.timesvc(store_url, name="t1", max_skew=MAX_SKEW, replicas=3, wait=False)
+            t1.wait_healthy()
+            deadline = time.monotonic() + 1.0
             while time.monotonic() < deadline:
-                invoke = time.monotonic_ns()
-                response = http.get(f"{t1.url}/now")
-                if response.status_code == 200:
-                    rec.emit("now", invoke=invoke, ok=True, value=response.json()["now_us"], replica="t1")
+                refused_while_paused += read_now(http, t1) == 503
                 threading.Event().wait(0.02)
-        threading.Event().wait(1.0)
-    finally:
-        t0.signal(signal.SIGCONT)
+            threading.Event().wait(1.0)
+        finally:
+            t0.signal(signal.SIGCONT)
+        served_after = 0
+        deadline = time.monotonic() + 30
+        while served_after < 20 and time.monotonic() < deadline:  # both replicas serve again, in bounds
+            served_after += sum(read_now(http, replica) == 200 for replica in (t0, t1))
+            threading.Event().wait(0.02)
     rec.close()
     h = History(merge(tmp_path / "h", tmp_path / "history.jsonl"))
     violations, stats = check_now(h, max_skew=MAX_SKEW, wall_minus_mono_ns=wall_minus_mono)
-    assert stats.reads > 10
+    assert refused_while_paused > 0, "t1 never refused although it could not have been in sync"
+    assert served_after >= 20, "the replicas did not serve again after t0 resumed"
     assert violations == [], f"max offset {stats.max_outside_s:.3f}s:\n" + "\n".join(str(v) for v in violations[:5])
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 8 finding 8, reached through a store stall (found by the mixed run, seed 11: timesvc t0 at clock "
-    "rate x1.5 during a 6 s store-busy): the fast replica saw nobody else advance GlobalTime for 4 ticks — nobody "
-    "could write — adopted its own clock and moved GlobalTime 6.4 s past real time, for good",
-)
 def test_a_fast_replica_cannot_move_global_time_during_a_store_stall(processes: Fleet, tmp_path: Path) -> None:
     """Schedule: replicas t0 (its wall clock set 5 s ahead at run time) and t1 (correct) publish; the store is
     locked (``BEGIN EXCLUSIVE``) for 6 s — every replica is alive, none can write; then clients read ``/now``

@@ -20,21 +20,11 @@ pytestmark = pytest.mark.slow
 CI_SEED = 20261123
 """The CI run is reproducible: a fixed seed unless CHRONOLOCK_FAULT_SEED says otherwise."""
 
-KNOWN_OPEN_FINDINGS = {
-    "--double-cancel-p": (
-        "finding 1 (issue 8 finding 5): cancelling aget_lock twice leaks a held lock renewed forever; replayed "
-        "deterministically by tests/faults/test_findings.py (xfail strict) until the fix lands"
-    ),
-    "avoid_known_findings": (
-        "finding 2: a timesvc replica (re)started while GlobalTime is stale serves /now seconds behind real time; "
-        "the nemesis restarts a killed replica only once nothing blocks publishing. Finding 3 (issue 8 finding 8): "
-        "a replica whose clock runs ahead adopts it when nobody else could publish for 4 ticks (a store stall "
-        "suffices): clock faults on timesvc never overlap store stalls or timesvc pauses/kills. Both are replayed "
-        "by test_findings.py"
-    ),
-}
+KNOWN_OPEN_FINDINGS: dict[str, str] = {}
 """Triggers of findings that are open and replayed elsewhere: left out of the random mix so that this
-run guards everything else. CHRONOLOCK_FAULT_INCLUDE_KNOWN=1 puts them back (then expect violations)."""
+run guards everything else. CHRONOLOCK_FAULT_INCLUDE_KNOWN=1 puts them back (then expect violations).
+Keys are worker flags (``"--double-cancel-p"`` → ``0``) or ``"avoid_known_findings"`` (the timesvc
+fault combinations of findings 2 and 3). Empty: findings 1–3 are fixed and back in the mix."""
 
 
 def include_known() -> bool:
@@ -76,6 +66,6 @@ def test_mixed_faults_on_the_embedded_store(tmp_path: Path) -> None:
         max_duration=float(os.environ.get("CHRONOLOCK_FAULT_DURATION", "600")),
         nemesis=os.environ.get("CHRONOLOCK_FAULT_NEMESIS", "1") != "0",
         worker_args=worker_args(),
-        avoid_known_findings=not include_known(),
+        avoid_known_findings="avoid_known_findings" in KNOWN_OPEN_FINDINGS and not include_known(),
     )
     run_mixed(tmp_path, settings)

@@ -151,6 +151,21 @@ def test_a_runaway_replica_cannot_adopt_its_clock_while_the_healthy_ones_are_pau
     assert reading is not None and abs(reading.value_us - h1.wall) <= 1 * S
 
 
+def test_a_replica_in_sync_once_keeps_serving_when_its_clock_jumps_ahead(store: CellStore) -> None:
+    """``current`` is lost only by never having been in sync: a replica that tracked global time
+    and then has its clock jump 600 s ahead (rejected as runaway) still hands out observed +
+    elapsed, which its monotonic clock keeps current."""
+    h1, h2 = Clocks(1_000 * S), Clocks(1_000 * S)
+    a, b = updater(store, h1, "h1"), updater(store, h2, "h2")
+    establish((a, h1), (b, h2))
+    assert tick((a, h1), (b, h2))[1].current
+    h2.wall += 600 * S
+    for _ in range(4):
+        result = tick((a, h1), (b, h2))[1]
+        assert result.runaway and result.current
+        assert abs(result.now_us - h1.wall) <= 1 * S
+
+
 def test_stale_global_time_after_a_full_outage_is_adopted_by_a_majority(store: CellStore) -> None:
     old = Clocks(1_000 * S)
     updater(store, old, "old", replicas=1).update()  # the last value before a full outage
@@ -158,17 +173,20 @@ def test_stale_global_time_after_a_full_outage_is_adopted_by_a_majority(store: C
     a, b = updater(store, a_clock, "a"), updater(store, b_clock, "b")
     first = a.update(report_clock=True)
     assert first.runaway  # 4000 s ahead of what it observes, and alone: not adopted
+    assert not first.current  # stale global time or a runaway clock: a cannot vouch for now_us (503)
     a_clock.advance(0.5)
     b_clock.advance(0.5)
     results = tick((a, a_clock), (b, b_clock))  # b sees a's reading: 2 of 3 agree
     results += tick((a, a_clock), (b, b_clock))
     assert not results[-1].runaway and not results[-2].runaway
+    assert all(r.current for r in results[-2:])
     assert results[-1].now_us >= 5_000 * S, "a majority of healthy clocks recovers from stale global time"
     # A third replica that is 600 s ahead of them stays guarded.
     c_clock.wall = a_clock.wall + 600 * S
     c = updater(store, c_clock, "c")
     for _ in range(6):
-        assert tick((a, a_clock), (b, b_clock), (c, c_clock))[2].runaway
+        result = tick((a, a_clock), (b, b_clock), (c, c_clock))[2]
+        assert result.runaway and not result.current  # never in sync: c's /now answers 503
     reading = read_global_time(store)
     assert reading is not None and reading.value_us <= a_clock.wall + 1 * S
 
