@@ -81,7 +81,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR, free_port, machine_info, markdown_table, percentile, system_busy_seconds
+from bench.common import (
+    RESULTS_DIR,
+    cpu_seconds,
+    free_port,
+    machine_info,
+    markdown_table,
+    percentile,
+    system_busy_seconds,
+)
 from bench.locks import THESIS_MAX_MS, THESIS_MEAN_MS
 
 __all__ = ["PEERS", "PeersConfig", "run"]
@@ -970,7 +978,16 @@ def _worker(spec: WorkerSpec, barrier: Any) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def _point(cfg: PeersConfig, peer: Peer, params: dict[str, Any], p: int, workdir: Path) -> dict[str, Any]:
+def _our_cpu_seconds(server_pids: list[int]) -> float:
+    """CPU used by this process, its finished children (the workers) and the servers we started."""
+    t = os.times()
+    servers = sum(cpu_seconds(pid) or 0.0 for pid in server_pids)
+    return t.user + t.system + t.children_user + t.children_system + servers
+
+
+def _point(
+    cfg: PeersConfig, peer: Peer, params: dict[str, Any], p: int, workdir: Path, server_pids: list[int]
+) -> dict[str, Any]:
     k = cfg.k_for(peer)
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(p)
@@ -997,7 +1014,7 @@ def _point(cfg: PeersConfig, peer: Peer, params: dict[str, Any], p: int, workdir
         ctx.Process(target=_worker, args=(spec, barrier), name=f"peers-{peer.key}-{i}") for i, spec in enumerate(specs)
     ]
     load_before = os.getloadavg()[0]
-    busy_before, wall_before = system_busy_seconds(), time.monotonic()
+    busy_before, ours_before, wall_before = system_busy_seconds(), _our_cpu_seconds(server_pids), time.monotonic()
     try:
         for proc in procs:
             proc.start()
@@ -1010,7 +1027,9 @@ def _point(cfg: PeersConfig, peer: Peer, params: dict[str, Any], p: int, workdir
                 print(f"  [peers] killing worker pid {proc.pid} (over its time bound)", flush=True)
                 proc.kill()  # SIGKILL to this PID
                 proc.join(timeout=10)
-    busy = (system_busy_seconds() - busy_before) / max(1e-9, time.monotonic() - wall_before)
+    wall = max(1e-9, time.monotonic() - wall_before)
+    busy = (system_busy_seconds() - busy_before) / wall
+    ours = (_our_cpu_seconds(server_pids) - ours_before) / wall
     results = []
     for spec in specs:
         path = Path(spec.out_path)
@@ -1022,6 +1041,8 @@ def _point(cfg: PeersConfig, peer: Peer, params: dict[str, Any], p: int, workdir
     out["loadavg_1m_before"] = round(load_before, 2)
     out["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
     out["busy_cores_during"] = round(busy, 2)
+    # What else ran on the machine meanwhile (an external Cassandra counts here too).
+    out["other_cores_during"] = round(max(0.0, busy - ours), 2)
     return out
 
 
@@ -1055,11 +1076,14 @@ def analyse(peer: Peer, p: int, k: int, results: list[dict[str, Any]]) -> dict[s
     )
     waits = [g[4] for g in grants]
 
-    longest, current, previous = 0, 0, None
-    for g in grants:
-        current = current + 1 if g[3] == previous else 1
-        previous = g[3]
-        longest = max(longest, current)
+    def longest_run(sequence: list[Any]) -> int:
+        longest, current, previous = 0, 0, None
+        for g in sequence:
+            current = current + 1 if g[3] == previous else 1
+            previous = g[3]
+            longest = max(longest, current)
+        return longest
+
     # Mutual exclusion across processes on the shared monotonic clock: a grant returned
     # before the previous holder started releasing means two holders at once.
     overlaps = sum(1 for x, y in itertools.pairwise(grants) if y[0] < x[1])
@@ -1068,7 +1092,12 @@ def analyse(peer: Peer, p: int, k: int, results: list[dict[str, Any]]) -> dict[s
 
     finish_times = [max(rec[1] for rec in r["records"]) for r in results if r["records"]]
     window_end = min(finish_times) if len(finish_times) == p else math.inf
-    per_process = [sum(1 for g in grants if g[0] <= window_end and g[3] == i) for i in range(p)]
+    contended = [g for g in grants if g[0] <= window_end]
+    per_process = [sum(1 for g in contended if g[3] == i) for i in range(p)]
+    # Runs count while all P contend: after the first process finished its K, the last ones
+    # left take the lock in runs however fair the lock is.
+    longest = longest_run(contended)
+    release_ms = [(g[2] - g[1]) * 1e3 for g in grants]
     span = (max(g[2] for g in grants) - t0) if grants else 0.0
 
     acquire_ops = [g[6][0] for g in grants]
@@ -1088,6 +1117,9 @@ def analyse(peer: Peer, p: int, k: int, results: list[dict[str, Any]]) -> dict[s
         "wait_p99_ms": _ms(percentile(waits, 99)) if waits else None,
         "wait_max_ms": _ms(max(waits)) if waits else None,
         "longest_run": longest,
+        "longest_run_whole_point": longest_run(grants),
+        "release_p50_ms": round(percentile(release_ms, 50), 3) if release_ms else None,
+        "release_p99_ms": round(percentile(release_ms, 99), 3) if release_ms else None,
         "grants_per_process_while_all_contend": per_process,
         "jain_index": round(jain_index(per_process), 3) if grants else None,
         "overlapping_holds": overlaps,
@@ -1102,7 +1134,11 @@ def analyse(peer: Peer, p: int, k: int, results: list[dict[str, Any]]) -> dict[s
         "worker_stats": [r.get("stats", {}) for r in results],
         # Raw: per grant in grant order — process, ms since the barrier when acquire was
         # invoked, wait ms, and the counts (acquire ops/round trips/LWT, release the same).
-        "grants": [[g[3], round((g[0] - g[4] - t0) * 1e3, 3), round(g[4] * 1e3, 3), *g[6], *g[7]] for g in grants],
+        # The time release took, ms, last.
+        "grants": [
+            [g[3], round((g[0] - g[4] - t0) * 1e3, 3), round(g[4] * 1e3, 3), *g[6], *g[7], round(rel, 3)]
+            for g, rel in zip(grants, release_ms, strict=True)
+        ],
     }
     print(
         f"  [peers] {peer.key:<26} P={p} K={k}: {len(grants)} grants in {span:.1f} s, wait mean "
@@ -1204,7 +1240,8 @@ def markdown(data: dict[str, Any]) -> str:
                     _ops_cell(r),
                     _rt_cell(r),
                     r["overlapping_holds"],
-                    _fmt(r["loadavg_1m_before"]),
+                    _fmt(r["release_p50_ms"]),
+                    _fmt(r["other_cores_during"], 2),
                 ]
             )
     p_headers = [f"P = {p}: mean / max wait ms" for p in ps]
@@ -1219,13 +1256,15 @@ def markdown(data: dict[str, Any]) -> str:
         markdown_table(["lock", *p_headers, f"P = {max(ps)} acq/s", "longest run", "Jain index"], summary_rows),
         "",
         "Details: wait = time inside acquire; acq/s over the whole span; longest run = most consecutive "
-        "grants to one process; Jain index over grants per process while all contend (1 = equal); "
+        "grants to one process while all P contend (a fair FIFO lock: 1); Jain index over grants per "
+        "process while all contend (1 = equal); "
         "ops/acq = acquire + release operations counted by the client (chronolock: store operations; "
         "PostgreSQL, naive Cassandra: statements), or by the server for all clients together "
         "(Redis commands, ZooKeeper packets received, etcd MVCC put+range+txn+delete); round trips = "
         "sequential store round trips on the caller's path, acquire + release (LWT = Paxos rounds); "
-        "overlaps = grants before the previous holder released (must be 0); load = 1-minute load "
-        "average when the point started.",
+        "overlaps = grants before the previous holder released (must be 0); other CPU = cores busy with "
+        "processes other than this benchmark, its workers and the servers it started (an external "
+        "Cassandra counts here), averaged over the point.",
         "",
         markdown_table(
             [
@@ -1243,7 +1282,8 @@ def markdown(data: dict[str, Any]) -> str:
                 "ops/acq",
                 "round trips",
                 "overlaps",
-                "load",
+                "release p50 ms",
+                "other CPU",
             ],
             detail_rows,
         ),
@@ -1297,7 +1337,11 @@ def plot(data: dict[str, Any], path: Path) -> None:
             )
         ax.set_xscale("log")
         ax.set_xlabel("wait per acquisition, ms (log)")
-        ax.set_title(f"P = {p}, K = {data['config']['k']} per process", fontsize=10)
+        cfg = data["config"]
+        on_cassandra = (
+            f" (Cassandra rows {min(cfg['k'], cfg['cassandra_k'])})" if "cassandra-naive" not in data["skipped"] else ""
+        )
+        ax.set_title(f"P = {p}, K = {cfg['k']} per process{on_cassandra}", fontsize=10)
         ax.grid(True, which="both", alpha=0.25)
     axes[0].set_ylabel("fraction of acquisitions waiting ≤ x (ECDF)")
     handles, labels = axes[-1].get_legend_handles_labels()
@@ -1360,7 +1404,7 @@ def run(*, quick: bool = False, k: int | None = None, only: tuple[str, ...] = ()
                 for peer in runnable:
                     read_stat = s.stat_readers.get(peer.server)
                     before = read_stat() if read_stat else None
-                    point = _point(cfg, peer, s.params[peer.server], p, workdir)
+                    point = _point(cfg, peer, s.params[peer.server], p, workdir, [x.pid for x in s.processes])
                     if read_stat is not None and before is not None and point["acquisitions"]:
                         point["server_ops_per_acquisition"] = round((read_stat() - before) / point["acquisitions"], 2)
                     data["points"].append(point)
