@@ -950,7 +950,7 @@ def _worker(spec: WorkerSpec, barrier: Any) -> None:
             released = time.monotonic()
             records.append([invoked, acquired, releasing, released, grant.token, *grant.counts, *release_counts])
     except Exception as exc:  # report, do not hang the parent
-        error = f"{type(exc).__name__}: {exc}"
+        error = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         stats: dict[str, Any] = {}
         if opened:
