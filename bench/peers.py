@@ -47,9 +47,10 @@ recorded at each point).
   ``etcd-server``).
 * Only when ``CHRONOLOCK_BENCH_CASSANDRA=host[,host...]:port`` names a reachable
   Cassandra 4.x/5.x: "the lock most Cassandra users write" — ``INSERT ... IF NOT EXISTS
-  USING TTL 30`` retried every 10 ms while not applied, ``DELETE ... IF owner = ?`` —
-  and chronolock's fair queue on the same node (timesvc and leasewatch on the
-  ``cassandra://`` store; schema by ``lockctl schema``), polling and wake-ups on.
+  USING TTL 30`` retried every 10 ms while not applied, ``DELETE ... IF owner = ?``
+  (retried while its outcome is unknown) — and chronolock's fair queue on the same node
+  (timesvc and leasewatch on the ``cassandra://`` store; schema by ``lockctl schema``),
+  polling and wake-ups on.
 
 Every server listens on 127.0.0.1 on a free port with its data in a temporary directory,
 and is stopped by the PID we started in a ``finally`` block. Every loop is bounded by a
@@ -101,6 +102,7 @@ CASSANDRA_KEYSPACE = "chronolock_bench_peers"
 INITDB_OPTIONS = ("-U", "postgres", "-A", "trust", "--no-sync", "--no-locale", "-E", "UTF8")
 NAIVE_RETRY_S = 0.01
 """The naive Cassandra lock retries a not-applied insert after this sleep."""
+NAIVE_TTL_S = 30
 
 
 @dataclass(frozen=True)
@@ -868,10 +870,11 @@ class _CassandraNaive(_Client):
         self.session = self.cluster.connect(self.p["keyspace"])
         self.session.row_factory = dict_factory
         self.insert = self.session.prepare(
-            "INSERT INTO naive_locks (id, owner) VALUES (?, ?) IF NOT EXISTS USING TTL 30"
+            f"INSERT INTO naive_locks (id, owner) VALUES (?, ?) IF NOT EXISTS USING TTL {NAIVE_TTL_S}"
         )
         self.delete = self.session.prepare("DELETE FROM naive_locks WHERE id = ? IF owner = ?")
         self.unknown = 0
+        self.not_ours = 0
 
     def acquire(self, timeout: float) -> Grant | None:
         from cassandra import DriverException
@@ -895,14 +898,32 @@ class _CassandraNaive(_Client):
             time.sleep(NAIVE_RETRY_S)
 
     def release(self, grant: Grant) -> Counts:
-        self.session.execute(self.delete, (self.spec.lock_name, grant.handle))
-        return (1, 1, 1)
+        from cassandra import DriverException
+        from cassandra.protocol import ErrorMessage
+
+        # A timed-out conditional delete is retried (not applied the second time if the first
+        # one was): a worker that gave up here would leave the row for its whole TTL.
+        give_up_at = time.monotonic() + NAIVE_TTL_S
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                rs = self.session.execute(self.delete, (self.spec.lock_name, grant.handle))
+            except (DriverException, ErrorMessage):
+                self.unknown += 1
+                if time.monotonic() >= give_up_at:
+                    raise
+                time.sleep(NAIVE_RETRY_S)
+                continue
+            if not rs.was_applied and attempts == 1:
+                self.not_ours += 1  # the TTL ran out and someone else holds it now
+            return (attempts, attempts, attempts)
 
     def close(self) -> None:
         self.cluster.shutdown()
 
     def stats(self) -> dict[str, Any]:
-        return {"unknown_outcomes": self.unknown}
+        return {"unknown_outcomes": self.unknown, "release_found_another_owner": self.not_ours}
 
 
 CLIENTS: dict[str, type[_Client]] = {
