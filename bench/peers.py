@@ -84,7 +84,6 @@ from typing import Any
 
 from bench.common import (
     RESULTS_DIR,
-    cpu_seconds,
     free_port,
     machine_info,
     markdown_table,
@@ -999,10 +998,28 @@ def _worker(spec: WorkerSpec, barrier: Any) -> None:
 # --------------------------------------------------------------------------------------
 
 
+def _tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and of its children it has reaped (PostgreSQL's backends:
+    one process per connection, gone when the connection closes), from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    # After the command name: utime, stime, cutime, cstime are fields 14–17 (1-based, proc(5)).
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def _our_cpu_seconds(server_pids: list[int]) -> float:
-    """CPU used by this process, its finished children (the workers) and the servers we started."""
+    """CPU used by this process, its finished children (the workers) and the servers we started
+    (with their live and reaped children)."""
     t = os.times()
-    servers = sum(cpu_seconds(pid) or 0.0 for pid in server_pids)
+    servers = 0.0
+    for pid in server_pids:
+        servers += _tree_cpu_seconds(pid)
+        with contextlib.suppress(OSError, ValueError):
+            for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+                servers += _tree_cpu_seconds(int(child))
     return t.user + t.system + t.children_user + t.children_system + servers
 
 
