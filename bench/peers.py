@@ -193,6 +193,7 @@ PEERS: tuple[Peer, ...] = (
     ),
 )
 PEER_KEYS = tuple(peer.key for peer in PEERS)
+PEERS_BY_KEY = {peer.key: peer for peer in PEERS}
 
 
 # --------------------------------------------------------------------------------------
@@ -1283,15 +1284,34 @@ def markdown(data: dict[str, Any]) -> str:
                 ]
             )
     p_headers = [f"P = {p}: mean / max wait ms" for p in ps]
+    ran_on_cassandra = any(PEERS_BY_KEY[r["peer"]].cassandra for r in data["points"])
+    on_cassandra = f" (on Cassandra K = {min(cfg['k'], cfg['cassandra_k'])})" if ran_on_cassandra else ""
+    thesis_columns: list[tuple[str, Callable[[int], str]]] = [
+        ("thesis queue", lambda p: f"{THESIS_MEAN_MS[p]['queue']} / {THESIS_MAX_MS[p]['queue']:,}"),
+        ("thesis backoff", lambda p: f"{THESIS_MEAN_MS[p]['backoff']} / {THESIS_MAX_MS[p]['backoff']:,}"),
+    ]
+    for key, label in (
+        ("chronolock-cassandra-wake", "chronolock queue, Cassandra 4.x, wake-ups on"),
+        ("chronolock-cassandra-poll", "same, polling"),
+        ("chronolock-wake", "chronolock queue, embedded, wake-ups on"),
+        ("chronolock-poll", "same, polling"),
+        ("chronolock-backoff", "chronolock backoff, embedded"),
+    ):
+        if any((key, p) in points for p in ps):
+            thesis_columns.append((label, lambda p, key=key: mean_max(PEERS_BY_KEY[key], p)))
+    thesis_rows = [[p, *(column(p) for _, column in thesis_columns)] for p in ps if p in THESIS_MEAN_MS]
     parts = [
         f"### The thesis experiment, side by side: P processes × K acquisitions of one lock, hold "
         f"{cfg['hold_s'] * 1e3:g} ms",
         "",
-        f"K = {cfg['k']} per process (on Cassandra K = {min(cfg['k'], cfg['cassandra_k'])}); "
+        f"K = {cfg['k']} per process{on_cassandra}; "
         f"all P = {min(ps)} points first, then all P = {max(ps)} points, in one run "
         f"({data['when_utc']}, {data['elapsed_s']:.0f} s). Every server on 127.0.0.1 on this machine.",
         "",
-        markdown_table(["lock", *p_headers, f"P = {max(ps)} acq/s", "longest run", "Jain index"], summary_rows),
+        markdown_table(
+            ["lock", *p_headers, f"P = {max(ps)} acq/s", f"P = {max(ps)} longest run", f"P = {max(ps)} Jain index"],
+            summary_rows,
+        ),
         "",
         "Details: wait = time inside acquire; acq/s over the whole span; longest run = most consecutive "
         "grants to one process while all P contend (a fair FIFO lock: 1); Jain index over grants per "
@@ -1326,14 +1346,10 @@ def markdown(data: dict[str, Any]) -> str:
             detail_rows,
         ),
         "",
-        "Thesis (§6; K = 5000, 3-node Cassandra 1.2 without LWT, 3 timesvc replicas), mean / max wait ms: "
-        + "; ".join(
-            f"P = {p}: queue {THESIS_MEAN_MS[p]['queue']} / {THESIS_MAX_MS[p]['queue']:,}, "
-            f"backoff {THESIS_MEAN_MS[p]['backoff']} / {THESIS_MAX_MS[p]['backoff']:,}"
-            for p in ps
-            if p in THESIS_MEAN_MS
-        )
-        + ".",
+        "The thesis' numbers beside ours, mean / max wait ms (thesis §6: K = 5000, a 3-node Cassandra 1.2 "
+        "cluster without LWT, 3 timesvc replicas; its backoff sleeps 10× longer than ours):",
+        "",
+        markdown_table(["P", *(label for label, _ in thesis_columns)], thesis_rows),
         "",
         "Versions: " + ", ".join(f"{name} {version}" for name, version in sorted(data["versions"].items())) + ".",
         "",
@@ -1341,7 +1357,14 @@ def markdown(data: dict[str, Any]) -> str:
         f"Python {machine['python']}; load average {machine['loadavg_1m_at_start']} at start, "
         f"{data['loadavg_1m_at_end']} at the end. Wait distributions: `peers-waits.png`.",
     ]
-    errors = [f"{r['peer']} P={r['processes']}: {'; '.join(r['errors'])}" for r in data["points"] if r["errors"]]
+    errors = [
+        f"{r['peer']} P={r['processes']}: "
+        + "; ".join(
+            f"{e} (×{r['errors'].count(e)})" if r["errors"].count(e) > 1 else e for e in dict.fromkeys(r["errors"])
+        )
+        for r in data["points"]
+        if r["errors"]
+    ]
     if errors:
         parts += ["", "Errors: " + " — ".join(errors)]
     return "\n".join(parts)
