@@ -1400,7 +1400,9 @@ def plot(data: dict[str, Any], path: Path) -> None:
         ax.set_xlabel("wait per acquisition, ms (log)")
         cfg = data["config"]
         on_cassandra = (
-            f" (Cassandra rows {min(cfg['k'], cfg['cassandra_k'])})" if "cassandra-naive" not in data["skipped"] else ""
+            f" (Cassandra rows {min(cfg['k'], cfg['cassandra_k'])})"
+            if any(PEERS_BY_KEY[r["peer"]].cassandra for r in data["points"])
+            else ""
         )
         ax.set_title(f"P = {p}, K = {cfg['k']} per process{on_cassandra}", fontsize=10)
         ax.grid(True, which="both", alpha=0.25)
