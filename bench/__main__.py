@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=["all", "now", "locks", "leasewatch", "peers"],
         help="which benchmark (default: all)",
     )
-    parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite under ~2 minutes)")
+    parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite ~3 minutes)")
     parser.add_argument(
         "--k",
         type=int,
