@@ -6,10 +6,20 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests use: libfaketime (skewed clocks), a Java runtime (the local
 # Cassandra 1.2 node), chromium (the leasewatch page test), libfiu's fiu-utils (I/O faults
+<<<<<<< HEAD
 # injected into one live process); for tests/faults also util-linux (unshare, mount) and iproute2.
 DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils util-linux iproute2
 
 .PHONY: up test lint install system-deps bench soak clean
+=======
+# injected into one live lockctl process).
+DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils
+# Servers of the locks bench/peers.py compares chronolock with (installed by `make bench`, not
+# `make test`); their Python clients (kazoo, redis, psycopg) are in the dev extra.
+BENCH_DEBIAN_PACKAGES := zookeeper redis-server postgresql-15 etcd-server
+
+.PHONY: up test lint install system-deps bench-deps bench clean
+>>>>>>> issue-9-peers
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +45,19 @@ system-deps:
 	  done; \
 	fi
 
+bench-deps:
+	@missing=""; \
+	for p in $(BENCH_DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages for the benchmarks:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo -n"; fi; \
+	  apt="$$SUDO apt-get -o DPkg::Lock::Timeout=600"; \
+	  for try in 1 2 3; do \
+	    $$apt update -qq && DEBIAN_FRONTEND=noninteractive $$apt install -y -qq --no-install-recommends $$missing >/dev/null && break; \
+	    [ $$try = 3 ] && exit 1; echo "apt-get failed (another apt running?); retrying in 20 s"; sleep 20; \
+	  done; \
+	fi
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -46,7 +69,7 @@ test: install system-deps lint
 up: install
 	$(PY) scripts/up.py
 
-bench: install
+bench: install bench-deps
 	$(PY) -m bench
 
 # The mixed-fault run of tests/faults for SOAK_SECONDS (default 10 minutes) with a fresh seed

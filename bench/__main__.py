@@ -1,4 +1,4 @@
-"""``python -m bench [all|now|locks|leasewatch|ring] [--quick] [--k K]`` — see bench/README.md."""
+"""``python -m bench [all|now|locks|leasewatch|peers|ring] [--quick] [--k K] [--only PEERS]`` — see bench/README.md."""
 
 from __future__ import annotations
 
@@ -20,15 +20,24 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "now", "locks", "leasewatch", "ring"],
+        choices=["all", "now", "locks", "leasewatch", "peers", "ring"],
         help="which benchmark (default: all)",
     )
-    parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite under ~2 minutes)")
+    parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite ~3 minutes)")
     parser.add_argument(
         "--k",
         type=int,
         default=None,
-        help="acquisitions per process in the thesis experiment (default 200, --quick 50; the thesis used 5000)",
+        help=(
+            "acquisitions per process in the thesis experiment (locks: default 200, --quick 50; "
+            "peers: default 1000, --quick 100; the thesis used 5000)"
+        ),
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        metavar="PEERS",
+        help="peers benchmark: comma-separated rows to run (default all), e.g. chronolock-wake,kazoo",
     )
     args = parser.parse_args(argv)
     if args.k is not None and args.k < 1:
@@ -48,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench import leasewatch
 
         leasewatch.run(quick=args.quick)
+    if args.which in ("all", "peers"):
+        from bench import peers
+
+        only = tuple(key.strip() for key in args.only.split(",") if key.strip())
+        peers.run(quick=args.quick, k=args.k, only=only)
     if args.which in ("all", "ring"):
         from bench import ring  # skips itself (saying why) unless CHRONOLOCK_BENCH_CASSANDRA names a ring
 
