@@ -6,18 +6,27 @@ older (a response can only be older than one already seen if it was delayed
 in flight — the floor makes that invisible to the caller).
 
 **Extrapolation.** A lock ticket needs global time, but not a round trip per ticket:
-both clocks keep their recent answers, each with the local monotonic time it arrived,
-and hand out ``answer + time elapsed since it arrived`` for up to ``max_age`` seconds,
-refreshing in the background after ``refresh_after``. Each answer was global time at
-the server no later than it arrived, and global time advances at least at real rate,
-so an extrapolated value is never ahead of global time (up to the two clocks' rate
-difference over ``max_age``: ~100 µs per second at 100 ppm); it lags by at most the
-round trip of the best recent answer. The largest extrapolation of the recent answers
-is used — the one that arrived fastest wins, like NTP's minimum-delay filter. Hence
-the ordering promise for tickets: two contenders that enqueue further apart in real
-time than that lag (a loopback round trip: well under a millisecond) get tickets in
-real-time order; closer than that, either order may win — as two requests racing to
-one server could. ``max_age=0`` turns extrapolation off (every value from the source).
+both clocks keep their recent answers, each with the local monotonic times its request
+was sent and its answer arrived, and extrapolate from them for up to ``max_age`` seconds,
+refreshing in the background after ``refresh_after``. An answer ``v`` was global time at
+the server at some moment between sending and arrival, and global time advances at real
+rate, so at local time ``t`` global time lies in ``[v + (t - arrived), v + (t - sent)]``
+(widened by 100 ppm of the sample's age for the two clocks' rate difference). Over the
+recent answers the interval is the intersection: its lower end (:meth:`now_us`) is the
+largest lower bound, its upper end the smallest upper bound; its width is at most the
+round trip of the fastest recent answer — like NTP's minimum-delay filter.
+
+**Tickets are linearizable** (:meth:`ticket_us` and :meth:`settle`). A ticket is the
+*upper* end of the interval, so it is at least every global time any client saw before
+the ticket was taken; and the queue does not count the enqueue as done until the lower
+end has passed the ticket (:meth:`settle`, overlapped with the queue write, so it rarely
+waits at all: the round trip of one ``/now`` answer against one store write). Hence a
+contender whose enqueue completed before another one *started* has the smaller ticket,
+however close together they are — the same promise as asking timesvc for every ticket
+(Spanner's commit wait, with timesvc's answers as the interval). Only a jump of global
+time itself (a majority of timesvc replicas adopting clocks ahead of it) breaks the
+interval for the samples taken before the jump; they expire after ``max_age``.
+``max_age=0`` turns extrapolation off (every value from the source, nothing to wait for).
 """
 
 from __future__ import annotations
@@ -43,8 +52,11 @@ __all__ = [
     "Extrapolator",
     "GlobalClock",
     "StoreClock",
+    "TicketClock",
     "TimeServiceClock",
     "parse_timesvc_urls",
+    "settle_ticket_time",
+    "take_ticket_time",
 ]
 
 log = get_logger("lockclient.clock")
@@ -74,6 +86,11 @@ class _Floor:
             return self._value
 
 
+DRIFT = 1e-4
+"""Assumed worst rate difference between this machine's monotonic clock and global time's
+advance (100 ppm: far beyond what NTP-disciplined or even free-running quartz shows)."""
+
+
 class Extrapolator:
     """Global time between answers of a slower source (see the module docstring)."""
 
@@ -86,6 +103,7 @@ class Extrapolator:
         max_age: float = 1.0,
         refresh_after: float = 0.2,
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
+        sleep: Callable[[float], None] = time.sleep,
         name: str = "chronolock-clock",
     ) -> None:
         if not (max_age >= 0 and refresh_after >= 0):
@@ -94,37 +112,92 @@ class Extrapolator:
         self._max_age_ns = int(max_age * 1e9)
         self._refresh_after_ns = int(min(refresh_after, max_age) * 1e9)
         self._monotonic_ns = monotonic_ns
+        self._sleep = sleep
         self._name = name
         self._lock = threading.Lock()
-        self._samples: deque[tuple[int, int]] = deque(maxlen=self._SAMPLES)  # (value_us, arrived_ns)
+        # (value_us, sent_ns, arrived_ns): the answer and the local times around its round trip.
+        self._samples: deque[tuple[int, int, int]] = deque(maxlen=self._SAMPLES)
         self._refreshing = False
         self.fetches = 0
+        self.settle_waits = 0
+        """How many tickets had to wait for global time to pass them (see :meth:`settle`)."""
 
     def sample(self) -> int:
         """Ask the source now; remember the answer. Raises what the source raises."""
+        sent = self._monotonic_ns()
         value = self._fetch()
         arrived = self._monotonic_ns()
         with self._lock:
-            self._samples.append((value, arrived))
+            self._samples.append((value, sent, arrived))
             self.fetches += 1
         return value
 
-    def now_us(self) -> int:
-        if self._max_age_ns == 0:
-            return self.sample()
-        now = self._monotonic_ns()
+    @staticmethod
+    def _lower(value: int, arrived: int, now: int) -> int:
+        return value + int((now - arrived) * (1 - DRIFT)) // 1000
+
+    @staticmethod
+    def _upper(value: int, sent: int, now: int) -> int:
+        return value + int((now - sent) * (1 + DRIFT)) // 1000 + 1
+
+    def _fresh(self, now: int) -> tuple[list[tuple[int, int, int]], bool]:
+        """The samples young enough to extrapolate from, and whether a background refresh
+        should start (caller holds no lock)."""
         with self._lock:
-            fresh = [(v, t) for v, t in self._samples if now - t <= self._max_age_ns]
-            youngest = max((t for _, t in fresh), default=None)
+            fresh = [x for x in self._samples if now - x[2] <= self._max_age_ns]
+            youngest = max((x[2] for x in fresh), default=None)
             stale = youngest is None or now - youngest >= self._refresh_after_ns
             start_refresh = stale and youngest is not None and not self._refreshing
             if start_refresh:
                 self._refreshing = True
-        if not fresh:
-            return self.sample()
         if start_refresh:
             threading.Thread(target=self._refresh, name=self._name, daemon=True).start()
-        return max(v + (now - t) // 1000 for v, t in fresh)
+        return fresh, start_refresh
+
+    def now_us(self) -> int:
+        """The lower end of the interval: never ahead of global time."""
+        if self._max_age_ns == 0:
+            return self.sample()
+        now = self._monotonic_ns()
+        fresh, _ = self._fresh(now)
+        if not fresh:
+            return self.sample()
+        return max(self._lower(v, arrived, now) for v, _, arrived in fresh)
+
+    def ticket_us(self) -> int:
+        """The upper end of the interval: at least the global time anybody could have read
+        before this call. Pass it to :meth:`settle` before acting on its order."""
+        if self._max_age_ns == 0:
+            return self.sample()  # read inside this call: already linearizable
+        now = self._monotonic_ns()
+        fresh, _ = self._fresh(now)
+        if not fresh:
+            return self.sample()
+        lower = max(self._lower(v, arrived, now) for v, _, arrived in fresh)
+        # Empty intersection: global time jumped ahead after an older sample; the newer
+        # samples' lower end is then the better estimate (and needs no wait).
+        return max(lower, min(self._upper(v, sent, now) for v, sent, _ in fresh))
+
+    def settle(self, value_us: int, *, limit: float | None = None) -> float:
+        """Wait until global time has surely passed ``value_us`` (the lower end of the interval
+        reached it), at most ``limit`` seconds (default ``max_age``); returns the time waited.
+        Without extrapolation there is nothing to wait for."""
+        if self._max_age_ns == 0:
+            return 0.0
+        budget_ns = int((self._max_age_ns / 1e9 if limit is None else limit) * 1e9)
+        start = now = self._monotonic_ns()
+        while True:
+            with self._lock:
+                samples = list(self._samples)
+            # Expired samples still bound global time from below (only less tightly).
+            lower = max((self._lower(v, arrived, now) for v, _, arrived in samples), default=None)
+            if lower is None or lower >= value_us or now - start >= budget_ns:
+                if now > start:
+                    with self._lock:
+                        self.settle_waits += 1
+                return (now - start) / 1e9
+            self._sleep(min(value_us - lower, (budget_ns - (now - start)) // 1000 + 1) / 1e6)
+            now = self._monotonic_ns()
 
     def _refresh(self) -> None:
         try:
@@ -134,6 +207,27 @@ class Extrapolator:
         finally:
             with self._lock:
                 self._refreshing = False
+
+
+@runtime_checkable
+class TicketClock(GlobalClock, Protocol):
+    """A :class:`GlobalClock` whose values are an interval (see the module docstring):
+    ``ticket_us`` is its upper end, ``settle`` waits until global time has passed it."""
+
+    def ticket_us(self) -> int: ...
+
+    def settle(self, value_us: int) -> float: ...
+
+
+def take_ticket_time(clock: GlobalClock) -> int:
+    """The global time for a new lock ticket: the upper end of ``clock``'s interval when it
+    has one (then :func:`settle_ticket_time` must run before the ticket's order is relied on)."""
+    return clock.ticket_us() if isinstance(clock, TicketClock) else clock.now_us()
+
+
+def settle_ticket_time(clock: GlobalClock, value_us: int) -> float:
+    """Wait until global time has passed a value from :func:`take_ticket_time`."""
+    return clock.settle(value_us) if isinstance(clock, TicketClock) else 0.0
 
 
 def parse_timesvc_urls(urls: str | Sequence[str]) -> list[str]:
@@ -219,6 +313,7 @@ class TimeServiceClock:
         self.urls = self._replicas.urls
         self._client = httpx.Client(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
         self._extrapolator = Extrapolator(self.fetch_us, max_age=max_age, refresh_after=refresh_after)
+        self._ticket_floor = _Floor()
 
     def fetch_us(self) -> int:
         """One ``GET /now`` (with fail-over), no extrapolation."""
@@ -234,6 +329,12 @@ class TimeServiceClock:
 
     def now_us(self) -> int:
         return self._replicas.floor.apply(self._extrapolator.now_us())
+
+    def ticket_us(self) -> int:
+        return self._ticket_floor.apply(self._extrapolator.ticket_us())
+
+    def settle(self, value_us: int) -> float:
+        return self._extrapolator.settle(value_us)
 
     @property
     def fetches(self) -> int:
@@ -302,6 +403,7 @@ class StoreClock:
         replica = f"client-{os.getpid()}-{next(_store_clock_ids)}-{uuid.uuid4().hex[:6]}"
         self._updater = GlobalTimeUpdater(store, replica_id=replica, max_skew=max_skew, guard=False)
         self._floor = _Floor()
+        self._ticket_floor = _Floor()
         self._extrapolator = Extrapolator(self.fetch_us, max_age=max_age, refresh_after=refresh_after)
 
     def fetch_us(self) -> int:
@@ -314,6 +416,12 @@ class StoreClock:
 
     def now_us(self) -> int:
         return self._floor.apply(self._extrapolator.now_us())
+
+    def ticket_us(self) -> int:
+        return self._ticket_floor.apply(self._extrapolator.ticket_us())
+
+    def settle(self, value_us: int) -> float:
+        return self._extrapolator.settle(value_us)
 
     def close(self) -> None:
         """The store belongs to the caller; nothing to release."""

@@ -44,6 +44,7 @@ from functools import partial
 from typing import ClassVar
 
 from lockclient.algorithm import Acquisition, Services, take
+from lockclient.clock import settle_ticket_time, take_ticket_time
 from lockclient.errors import StoreError
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, WaiterLease, WaiterRecord
 from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, this_host, ticket_time
@@ -113,7 +114,9 @@ class FairQueue:
         """Listing 5: a ticket from global time; the queue cell (our lease) and the index entry."""
         store, lock_id = attempt.store, attempt.lock_id
         owner = make_owner()
-        now = self.s.clock.now_us()
+        # The upper end of global time's interval: no smaller than any time another contender
+        # could have seen before now (lockclient.clock, "Tickets are linearizable").
+        now = take_ticket_time(self.s.clock)
         waiter = WaiterLease(lock_id, owner, make_ticket(now, owner), self.s.lease, monotonic=self.s.monotonic)
         stamp = self.s.timestamps.next(now)
         try:
@@ -131,6 +134,10 @@ class FairQueue:
         except BaseException:
             self._withdraw(store, waiter)
             raise
+        # The enqueue is done only once global time has surely passed our ticket: a contender
+        # that starts after this takes a larger one. Overlapped with the write above, this
+        # rarely waits (at most the round trip of the best recent /now answer).
+        settle_ticket_time(self.s.clock, now)
         waiter.enqueued_at = self.s.monotonic()
         self.s.keeper.add_waiter(waiter)
         return waiter
