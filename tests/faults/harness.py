@@ -935,6 +935,9 @@ class Report:
             f"/now reads {self.now.reads} ({self.now.failed} failed); max offset to real time "
             f"{self.now.max_outside_s:.3f}s outside its read window (bounds with the read's latency: "
             f"{self.now.max_ahead_s:.3f}s ahead, {self.now.max_behind_s:.3f}s behind)",
+            f"ticket order vs /now: {self.now.tickets_after_step} deviations after global-time steps, "
+            f"{self.now.tickets_within_disagreement} within one /now round trip (replicas' disagreement); "
+            f"largest {self.now.max_ticket_deviation_s:.3f}s",
             f"violations {len(self.violations)} {dict(by_checker)}",
             f"run time {self.duration_s:.1f}s; history {self.history}",
         ]

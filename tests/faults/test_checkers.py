@@ -379,3 +379,35 @@ def test_liveness_does_not_judge_lockctl_waiters_whose_enqueue_it_cannot_see() -
     b.ev(6.0, "cmd_start", "cmd", 11, id="d1:1", lock=LOCK, owner="c", token=2, supervisor=12)
     b.ev(6.1, "cmd_exit", "cmd", 11, id="d1:1", lock=LOCK, owner="c")
     assert check_liveness(b.history(), bound=3.0) == []
+
+
+def test_ticket_order_exceptions_are_bounded_and_counted() -> None:
+    """README "Order": tickets are linearizable with /now reads except right after global time stepped
+    (a timesvc clock fault) and by up to one /now round trip (replicas' disagreement). Both are counted;
+    anything beyond them, and any /now read behind another, is a violation."""
+    wall = 1000.0
+
+    def ticket(b: B, invoke: float, done: float, value_s: float, owner: str) -> None:
+        b.acquire(invoke, done, proc="w2", pid=2, token=1, owner=owner, ticket=f"{int((wall + value_s) * 1e6):020d}x")
+
+    b = B()
+    now(b, 1.0, 1.05, 1.04)  # a slow round trip (50 ms) of the readers
+    ticket(b, 1.06, 1.07, 1.01, "a")  # 30 ms behind a read that completed before: within one round trip
+    violations, stats = check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)
+    assert violations == [] and stats.tickets_within_disagreement == 1
+
+    b = B()
+    now(b, 1.0, 1.01, 1.005)
+    ticket(b, 1.02, 1.03, 0.9, "a")  # 105 ms behind, round trips of 10 ms: a violation
+    assert [v.checker for v in check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)[0]] == [
+        "now-monotonic"
+    ]
+    b.fault(0.5, 0.8, "clock", "timesvc:t2", [7])  # ... unless global time stepped just before
+    violations, stats = check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)
+    assert violations == [] and stats.tickets_after_step == 1 and stats.max_ticket_deviation_s > 0.1
+
+    b = B()
+    now(b, 1.0, 1.05, 1.04)
+    now(b, 1.06, 1.07, 1.01, proc="w2")  # the same deviation between two /now reads: never excused
+    b.fault(0.5, 0.8, "clock", "timesvc:t2", [7])
+    assert len(check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)[0]) == 1

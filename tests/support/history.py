@@ -15,19 +15,21 @@ class Read:
     replica: str = ""
 
 
-def monotonic_read_violations(reads: list[Read]) -> list[tuple[Read, int]]:
+def monotonic_read_violations(reads: list[Read]) -> list[tuple[Read, Read]]:
     """Every read B must return >= the largest value of any read that *completed before B
-    was invoked*. Overlapping reads may legally be out of order. Returns (read, required) pairs."""
+    was invoked*. Overlapping reads may legally be out of order. Returns (B, the earlier read
+    with the largest value) pairs."""
     by_completion = sorted(reads, key=lambda r: r.completed_ns)
     completions = [r.completed_ns for r in by_completion]
-    prefix_max: list[int] = []
-    best = 0
+    prefix_best: list[Read] = []
+    best: Read | None = None
     for r in by_completion:
-        best = max(best, r.value)
-        prefix_max.append(best)
+        if best is None or r.value > best.value:
+            best = r
+        prefix_best.append(best)
     violations = []
     for b in reads:
         i = bisect.bisect_left(completions, b.invoked_ns)  # reads completed strictly before b was invoked
-        if i and prefix_max[i - 1] > b.value:
-            violations.append((b, prefix_max[i - 1]))
+        if i and prefix_best[i - 1].value > b.value:
+            violations.append((b, prefix_best[i - 1]))
     return violations
