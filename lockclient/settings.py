@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from lockclient.store.base import CellStore
 
 __all__ = [
+    "SERVICE_SECRET_ENV",
     "SETTINGS_CONFIG",
     "ClientSettings",
     "HttpServerSettings",
@@ -216,6 +217,13 @@ class ClientSettings(StoreSettings):
         description="allow global time straight from a Cassandra store, without timesvc's runaway guard",
     )
 
+
+SERVICE_SECRET_ENV = frozenset(
+    {"LEASEWATCH_ADMIN_TOKENS", "LEASEWATCH_ADMIN_TOKEN", "LEASEWATCH_READ_TOKEN", "TIMESVC_READ_TOKEN"}
+)
+"""Secret variables of timesvc and leasewatch (the library does not import the services; a
+test keeps this equal to their settings classes). ``lockctl run`` removes them from the
+command's environment."""
 
 MIN_TOKEN_LENGTH = 32
 """Bearer tokens shorter than this are refused at start-up (``openssl rand -hex 32`` gives 64)."""
