@@ -34,9 +34,9 @@ from pydantic import BaseModel, Field
 from lockclient.errors import ChronolockError, StoreAccessDenied, StoreError
 from lockclient.globaltime import GlobalTimeNotEstablished, GlobalTimeUpdater, UpdateResult, wall_clock_us
 from lockclient.logs import get_logger
-from lockclient.redact import strip_url_credentials
 from lockclient.store import CellStore
 from lockclient.store.opener import StoreOpener, public_error
+from lockclient.store.url import parse_store_url
 from timesvc.coalesce import Coalescer
 from timesvc.settings import TimesvcSettings
 
@@ -57,7 +57,7 @@ class ReadyResponse(BaseModel):
 
 class StatusResponse(BaseModel):
     replica: str
-    store: str
+    store: str = Field(description="kind of store (sqlite, or the Cassandra keyspace); never hosts or paths")
     ready: bool
     runaway: bool = Field(description="the local wall clock is ahead of global time by more than max_skew")
     local_offset_us: int | None = Field(description="local wall clock minus global time at the last tick")
@@ -132,6 +132,9 @@ class TimeService:
         self._store = store
         self._owns_store = store is None
         self._opener = StoreOpener(settings.open_store)
+        parsed = parse_store_url(settings.store_url)
+        # What /status shows: the kind of store (and keyspace), not its hosts or file path.
+        self._store_kind = f"cassandra keyspace {parsed.path}" if parsed.scheme == "cassandra" else parsed.scheme
         self._wall_us = wall_us
         self._monotonic_ns = monotonic_ns
         self._updater: GlobalTimeUpdater | None = None
@@ -233,7 +236,7 @@ class TimeService:
         ready, _ = self.readiness()
         return StatusResponse(
             replica=self.settings.replica_id,
-            store=self._store.url if self._store is not None else strip_url_credentials(self.settings.store_url),
+            store=self._store_kind,
             ready=ready,
             runaway=bool(last and last.runaway),
             local_offset_us=None if last is None else last.local_us - last.now_us,
