@@ -343,8 +343,12 @@ class WaitHub:
             existing = self._locks.get(lock_id)
             if existing is not None:  # another request registered it while we read
                 awaited = existing
-            else:
-                self._locks[lock_id] = awaited
+        # Checked again after the read (it awaited): from here to the increment nothing awaits.
+        if self.waiting >= self.max_waiters:
+            raise self._refuse(429, "process", f"too many long-polls in this process ({self.max_waiters})")
+        if awaited.waiters >= self.max_waiters_per_lock:
+            raise self._refuse(429, "lock", f"too many long-polls on this lock id ({self.max_waiters_per_lock})")
+        self._locks.setdefault(lock_id, awaited)
         awaited.waiters += 1
         self.waiting += 1
         self.metrics.waiters.inc()
