@@ -123,6 +123,7 @@ def test_unfinished_5_mib_headers_on_50_connections_keep_memory_flat(
         nonlocal peak
         stop = asyncio.Event()
         prober = asyncio.create_task(probe.run(proc.port, stop))
+
         async def attacker() -> None:
             # Again and again for 3 s (each attempt ends only when the server closes it), so that
             # the probe measures /healthz under a sustained attack.

@@ -99,9 +99,7 @@ def test_300_waiters_on_distinct_locks_stay_within_the_read_budget(processes: Fl
 
 
 def test_waiters_are_capped_per_lock_and_per_process_with_retry_after(processes: Fleet, sqlite_url: str) -> None:
-    lw = processes.leasewatch(
-        sqlite_url, env={"LEASEWATCH_MAX_WAITERS_PER_LOCK": "5", "LEASEWATCH_MAX_WAITERS": "8"}
-    )
+    lw = processes.leasewatch(sqlite_url, env={"LEASEWATCH_MAX_WAITERS_PER_LOCK": "5", "LEASEWATCH_MAX_WAITERS": "8"})
     lw.wait_ready()
     with open_store(sqlite_url) as store, RemoteLocker(store, lease=30) as locker:
         a, b = locker.get_lock("capped-a"), locker.get_lock("capped-b")
@@ -109,7 +107,9 @@ def test_waiters_are_capped_per_lock_and_per_process_with_retry_after(processes:
         async def run() -> tuple[list[tuple[int, dict[str, str], bytes]], list[tuple[int, dict[str, str], bytes]]]:
             first = [asyncio.create_task(_get(lw.port, f"/wait/capped-a?holder={a.owner}&timeout=2")) for _ in range(7)]
             await asyncio.sleep(0.5)
-            second = [asyncio.create_task(_get(lw.port, f"/wait/capped-b?holder={b.owner}&timeout=2")) for _ in range(5)]
+            second = [
+                asyncio.create_task(_get(lw.port, f"/wait/capped-b?holder={b.owner}&timeout=2")) for _ in range(5)
+            ]
             return await asyncio.gather(*first), await asyncio.gather(*second)
 
         on_a, on_b = asyncio.run(run())

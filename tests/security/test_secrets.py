@@ -75,7 +75,9 @@ def test_log_lines_and_tracebacks_are_redacted(capsys: pytest.CaptureFixture[str
     register_secret(ENV_PASSWORD)
     for fmt in ("json", "console"):
         configure_logging("info", fmt)
-        get_logger("lockclient.test").warning("event", detail=f"password is {ENV_PASSWORD}", nested={"k": [ENV_PASSWORD]})
+        get_logger("lockclient.test").warning(
+            "event", detail=f"password is {ENV_PASSWORD}", nested={"k": [ENV_PASSWORD]}
+        )
         try:
             raise RuntimeError(f"cannot reach cassandra://app:{URL_PASSWORD}@db:9042/ks ({ENV_PASSWORD})")
         except RuntimeError:
@@ -125,7 +127,12 @@ def test_lockctl_run_does_not_hand_its_secrets_to_the_command(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr
     seen = json.loads(dump.read_text())
     assert seen["UNRELATED"] == "kept" and seen["CHRONOLOCK_LOCK_ID"] == "job"
-    for name in ("CHRONOLOCK_CASSANDRA_PASSWORD", "LEASEWATCH_ADMIN_TOKENS", "LEASEWATCH_ADMIN_TOKEN", "TIMESVC_READ_TOKEN"):
+    for name in (
+        "CHRONOLOCK_CASSANDRA_PASSWORD",
+        "LEASEWATCH_ADMIN_TOKENS",
+        "LEASEWATCH_ADMIN_TOKEN",
+        "TIMESVC_READ_TOKEN",
+    ):
         assert name not in seen
     assert ENV_PASSWORD not in dump.read_text() and ADMIN not in dump.read_text()
     # Asked for explicitly: passed on.
