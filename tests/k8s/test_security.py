@@ -131,9 +131,7 @@ def test_clients_speak_verified_mutual_tls_in_prod(rendered_all: dict[str, Rende
         volumes = {v["name"]: v for v in pod_template(workload)["spec"]["volumes"]}
         container = containers(workload, init=False)[0]
         mounts = {
-            m["mountPath"]: volumes[m["name"]]
-            for m in container["volumeMounts"]
-            if "secret" in volumes[m["name"]]
+            m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"] if "secret" in volumes[m["name"]]
         }
         for path in (settings_tls.ca, settings_tls.cert, settings_tls.key):
             assert path is not None

@@ -22,7 +22,15 @@ READ = "read-token-0123456789abcdef0123456789a"
 
 @pytest.mark.parametrize(
     "tokens",
-    ["", "   ", "short", "alice:short-but-named", f"alice:{ALICE},bob", f"alice:{ALICE},alice:{CI}", f"a:{ALICE},b:{ALICE}"],
+    [
+        "",
+        "   ",
+        "short",
+        "alice:short-but-named",
+        f"alice:{ALICE},bob",
+        f"alice:{ALICE},alice:{CI}",
+        f"a:{ALICE},b:{ALICE}",
+    ],
 )
 def test_blank_short_or_ambiguous_admin_tokens_stop_leasewatch_at_start(tokens: str, tmp_path: Path) -> None:
     env = service_env(
