@@ -6,8 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests use: libfaketime (skewed clocks), a Java runtime (the local
 # Cassandra 1.2 node), chromium (the leasewatch page test), libfiu's fiu-utils (I/O faults
-# injected into one live lockctl process).
-DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils
+# injected into one live lockctl process), openssl (throw-away certificates for the TLS tests).
+DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils openssl
 
 .PHONY: up test lint install system-deps bench clean
 
