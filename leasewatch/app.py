@@ -87,15 +87,20 @@ class WaitRefused(Exception):
 
 
 class ReadBudget:
-    """At most ``rate`` store read pairs per second for long-polls, with a small burst.
+    """At most ``rate`` store read pairs per second for long-polls.
 
     A virtual schedule (GCRA): each read takes the next free slot, ``1/rate`` after the
-    previous one; a poller sleeps until its slot, a first look that would have to wait
-    more than ``burst`` slots is refused instead."""
+    previous one, and a poller sleeps until its slot — so with N awaited ids each is polled
+    about every ``N/rate`` seconds (never more often than every 10 ms). A first look at a
+    newly awaited id takes a slot at once unless the schedule is already booked more than
+    ``max_backlog`` seconds ahead (more ids than the budget can poll once a second); then
+    it is refused (429) instead of adding to the backlog."""
 
-    def __init__(self, rate: float, *, burst: int = 10, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, rate: float, *, max_backlog: float = 1.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self.interval = 1.0 / rate
-        self.burst = burst
+        self.max_backlog = max_backlog
         self._next = 0.0
         self._monotonic = monotonic
 
@@ -106,11 +111,11 @@ class ReadBudget:
         return slot - now
 
     def try_take(self) -> bool:
-        """Take a slot now, or return False when the budget is spent (nothing taken)."""
+        """Take a slot now, or return False when the schedule is booked too far ahead."""
         now = self._monotonic()
-        if max(now, self._next) - now > self.burst * self.interval:
+        if self._next - now > self.max_backlog:
             return False
-        self._take()
+        self._next = max(now, self._next) + self.interval
         return True
 
     async def take(self) -> None:
