@@ -4,8 +4,8 @@ The lifespan opens the store and starts an APScheduler job that runs
 TryUpdateGlobalTime every ``tick``; ``GET /now`` runs it on demand too, with
 concurrent requests coalesced (:mod:`timesvc.coalesce`). Both go through the
 same coalescer, so a tick and a burst of requests never cost more than one
-store round trip at a time, and trips start at least ``TIMESVC_MIN_TRIP_INTERVAL``
-apart, so a flood of requests cannot become store load.
+store round trip at a time, and trips are rate-limited to one per
+``TIMESVC_MIN_TRIP_INTERVAL`` on average, so a flood of requests cannot become store load.
 
 Error bodies and ``/readyz`` reasons name the kind of failure, never the store's host,
 port or file path (those go to the log). ``/status`` needs ``TIMESVC_READ_TOKEN`` when

@@ -50,8 +50,8 @@ class TimesvcSettings(StoreSettings, LoggingSettings, HttpServerSettings):
         default=0.002,
         ge=0,
         le=1,
-        description="s between the starts of two store round trips for /now: a flood of requests waits "
-        "for the next trip instead of adding store load (at most 1/this trips per second)",
+        description="s per store round trip for /now, on average (a burst of 8 is allowed): a flood of "
+        "requests waits for the next trip instead of adding store load (at most 1/this trips per second)",
     )
     read_token: SecretStr | None = Field(
         default=None,

@@ -9,7 +9,6 @@ with the monotonic-reads checker across replicas, and store trips counted.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
 import time
 
@@ -52,9 +51,11 @@ def test_a_trip_never_serves_a_request_that_arrived_after_it_started() -> None:
 
     results = asyncio.run(run())
     assert all(started >= called for called, started in results)
-    gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert min(gaps) >= 0.0099, "trips start at least min_interval apart"
-    assert len(starts) < 30, f"{len(starts)} trips for 200 requests over ~0.14 s"
+    # At most one trip per 10 ms on average, after a burst of at most 8.
+    span = starts[-1] - starts[0]
+    assert len(starts) <= 8 + span / 0.01 + 1, f"{len(starts)} trips in {span:.3f} s"
+    later = starts[len(starts) // 2 :]
+    assert len(later) <= (later[-1] - later[0]) / 0.01 + 2, "the rate holds past the burst"
 
 
 def test_sequential_requests_cannot_drive_store_trips_beyond_the_bound(processes: Fleet, sqlite_url: str) -> None:
