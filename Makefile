@@ -6,20 +6,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian packages the tests use: libfaketime (skewed clocks), a Java runtime (the local
 # Cassandra 1.2 node), chromium (the leasewatch page test), libfiu's fiu-utils (I/O faults
-<<<<<<< HEAD
-# injected into one live process); for tests/faults also util-linux (unshare, mount) and iproute2.
-DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils util-linux iproute2
-
-.PHONY: up test lint install system-deps bench soak clean
-=======
-# injected into one live lockctl process).
-DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils
+# injected into one live process), openssl (throw-away certificates for the TLS tests); for
+# tests/faults also util-linux (unshare, mount) and iproute2.
+DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils openssl util-linux iproute2
 # Servers of the locks bench/peers.py compares chronolock with (installed by `make bench`, not
 # `make test`); their Python clients (kazoo, redis, psycopg) are in the dev extra.
 BENCH_DEBIAN_PACKAGES := zookeeper redis-server postgresql-15 etcd-server
 
-.PHONY: up test lint install system-deps bench-deps bench clean
->>>>>>> issue-9-peers
+.PHONY: up test lint install system-deps bench-deps bench soak clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

@@ -12,11 +12,29 @@ The lifespan opens the store, starts the scan job (APScheduler, every
   instead of N (the thesis' "feedback mechanism" Cassandra lacks);
 * ``POST /notify/{id}`` — a client released or withdrew: poll that lock now, so the
   next waiter is answered at once rather than at the next poll;
-* ``POST /revoke/{id}`` — operator revocation, bearer token required;
+* ``POST /revoke/{id}`` — operator revocation, bearer token required (one of the named
+  ``LEASEWATCH_ADMIN_TOKENS``; the name is recorded with the revocation);
 
 Actions put the lock id last (``/wait/{id}``, not ``/locks/{id}/wait``): a lock id may
 contain ``/``, and ``/locks/{id}`` only ever shows a lock.
 * ``/healthz``, ``/readyz``, ``/metrics``, OpenAPI at ``/docs``, and a small page at ``/``.
+
+With ``LEASEWATCH_READ_TOKEN`` set, ``/locks``, ``/locks/{id}`` and ``/revocations`` (lock
+ids and owners are business identifiers) need it, or an admin token, as a bearer token.
+
+**Bounds on long-polls** (a security review found 300 waiters on distinct ids making
+~17,000 store reads per second): at most ``max_waiters`` long-polls per process and
+``max_waiters_per_lock`` per lock id (beyond them: ``429`` with ``Retry-After``, which the
+lock client treats like an unreachable leasewatch — it polls the store itself for a
+while); a lock id whose queue is empty is not waited on (``404``: nobody can be waiting
+in it); and every store read pair done for waiters — the polls and the first look at
+an id — draws from one budget of ``wait_poll_rate`` per second (:class:`ReadBudget`):
+with few ids each is polled every 10 ms, with many each is polled less often, and the
+store never sees more than the budget. A first look that finds the budget spent is
+answered ``429`` at once.
+
+Error bodies say what failed, not where: the store's host, port or file path appear
+only in the logs.
 """
 
 from __future__ import annotations
@@ -24,12 +42,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
@@ -39,11 +58,12 @@ from pydantic import BaseModel, Field
 
 from leasewatch.settings import LeasewatchSettings
 from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
-from lockclient.errors import ChronolockError, InvalidLockId, StoreError
+from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied, StoreError
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
-from lockclient.lockid import validate_lock_id
+from lockclient.lockid import MAX_LOCK_ID_BYTES, validate_lock_id
 from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table
+from lockclient.store.opener import StoreOpener, public_error
 from lockclient.wake import Watch
 
 __all__ = ["create_app"]
@@ -53,6 +73,55 @@ log = get_logger("leasewatch")
 WAIT_POLL_S = 0.01
 """How often the shared poller of an awaited lock reads its head and holder."""
 MAX_WAIT_S = 30.0
+RETRY_AFTER_S = 1
+
+
+class WaitRefused(Exception):
+    """A long-poll this process will not take: the status code and why."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class ReadBudget:
+    """At most ``rate`` store read pairs per second for long-polls.
+
+    A virtual schedule (GCRA): each read takes the next free slot, ``1/rate`` after the
+    previous one, and a poller sleeps until its slot — so with N awaited ids each is polled
+    about every ``N/rate`` seconds (never more often than every 10 ms). A first look at a
+    newly awaited id takes a slot at once unless the schedule is already booked more than
+    ``max_backlog`` seconds ahead (more ids than the budget can poll once a second); then
+    it is refused (429) instead of adding to the backlog."""
+
+    def __init__(
+        self, rate: float, *, max_backlog: float = 1.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.interval = 1.0 / rate
+        self.max_backlog = max_backlog
+        self._next = 0.0
+        self._monotonic = monotonic
+
+    def _take(self) -> float:
+        now = self._monotonic()
+        slot = max(now, self._next)
+        self._next = slot + self.interval
+        return slot - now
+
+    def try_take(self) -> bool:
+        """Take a slot now, or return False when the schedule is booked too far ahead."""
+        now = self._monotonic()
+        if self._next - now > self.max_backlog:
+            return False
+        self._next = max(now, self._next) + self.interval
+        return True
+
+    async def take(self) -> None:
+        """Wait for a slot."""
+        delay = self._take()
+        if delay > 0:
+            await asyncio.sleep(delay)
 
 
 class LeaseOut(BaseModel):
@@ -88,6 +157,10 @@ class LockSummary(BaseModel):
     oldest_lease_age_s: float | None
 
 
+class RefusedOut(BaseModel):
+    detail: str
+
+
 class WaitOut(BaseModel):
     changed: bool
     head: str | None
@@ -105,7 +178,8 @@ class RevocationOut(BaseModel):
     reason: str
     unchanged_for_s: float | None
     at: datetime
-    by: str
+    by: str = Field(description="the leasewatch replica that revoked")
+    caller: str | None = Field(description="the admin token's name, for operator revocations")
     holder: bool
 
 
@@ -122,6 +196,10 @@ class Metrics:
         self.orphans = Counter("leasewatch_orphans_cleared", "cells without a lease record removed", registry=r)
         self.waiters = Gauge("leasewatch_waiters", "long-poll waiters", registry=r)
         self.wait_polls = Counter("leasewatch_wait_polls", "store read pairs done for waiters", registry=r)
+        self.wait_refused = Counter("leasewatch_wait_refused", "long-polls refused, by reason", ["reason"], registry=r)
+        self.auth_failures = Counter(
+            "leasewatch_auth_failures", "requests refused for a missing or wrong token", ["scope"], registry=r
+        )
         self.gc = Counter("leasewatch_gc_purged", "tombstones and expired cells purged by GC", registry=r)
 
 
@@ -149,11 +227,28 @@ class _Awaited:
 class WaitHub:
     """Long-polls for waiters: one poller per awaited lock id, woken early by ``notify``."""
 
-    def __init__(self, store: CellStore, watcher: Watcher, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: CellStore,
+        watcher: Watcher,
+        metrics: Metrics,
+        *,
+        max_waiters: int = 512,
+        max_waiters_per_lock: int = 64,
+        poll_rate: float = 200.0,
+    ) -> None:
         self.store = store
         self.watcher = watcher
         self.metrics = metrics
+        self.max_waiters = max_waiters
+        self.max_waiters_per_lock = max_waiters_per_lock
+        self.budget = ReadBudget(poll_rate)
+        self.waiting = 0
         self._locks: dict[str, _Awaited] = {}
+
+    @property
+    def awaited_ids(self) -> int:
+        return len(self._locks)
 
     def _read_state(self, lock_id: str, awaited: _Awaited) -> _LockState:
         # The lease row first: the holder, and the watermark the queue read starts from.
@@ -181,6 +276,9 @@ class WaitHub:
         try:
             while awaited.waiters > 0:
                 awaited.poll_now.clear()
+                await self.budget.take()  # many awaited ids: each is polled less often
+                if awaited.waiters <= 0:
+                    break
                 try:
                     await self._refresh(lock_id, awaited)
                 except StoreError as exc:
@@ -212,11 +310,44 @@ class WaitHub:
         awaited.poll_now.set()
         return True
 
+    def _refuse(self, status: int, reason: str, detail: str) -> WaitRefused:
+        self.metrics.wait_refused.labels(reason).inc()
+        return WaitRefused(status, detail)
+
     async def wait(self, lock_id: str, watch: Watch, timeout: float) -> WaitOut:
+        if self.waiting >= self.max_waiters:
+            raise self._refuse(429, "process", f"too many long-polls in this process ({self.max_waiters})")
         awaited = self._locks.get(lock_id)
+        if awaited is not None and awaited.waiters >= self.max_waiters_per_lock:
+            raise self._refuse(429, "lock", f"too many long-polls on this lock id ({self.max_waiters_per_lock})")
+        fresh = awaited is None
         if awaited is None:
-            awaited = self._locks[lock_id] = _Awaited()
+            awaited = _Awaited()
+        if awaited.state is None or _moved(awaited.state, watch):
+            # No state yet, or it says "changed" but may be older than what the caller saw
+            # (answering from it would make the caller look again for nothing): read now,
+            # if the budget allows (a flood of first looks at distinct ids is refused here).
+            if not self.budget.try_take():
+                raise self._refuse(429, "budget", "long-poll store budget spent; retry shortly")
+            await self._refresh(lock_id, awaited)
+        assert awaited.state is not None
+        if not awaited.state.tickets:
+            # Nobody is queued: a real waiter always has its own queue cell (or it was just
+            # revoked, and then its answer is to look again anyway). Nothing to wait for, so
+            # no poller is started for this id.
+            raise self._refuse(404, "no_queue", "this lock id has no queue: nothing to wait for")
+        if fresh:
+            existing = self._locks.get(lock_id)
+            if existing is not None:  # another request registered it while we read
+                awaited = existing
+        # Checked again after the read (it awaited): from here to the increment nothing awaits.
+        if self.waiting >= self.max_waiters:
+            raise self._refuse(429, "process", f"too many long-polls in this process ({self.max_waiters})")
+        if awaited.waiters >= self.max_waiters_per_lock:
+            raise self._refuse(429, "lock", f"too many long-polls on this lock id ({self.max_waiters_per_lock})")
+        self._locks.setdefault(lock_id, awaited)
         awaited.waiters += 1
+        self.waiting += 1
         self.metrics.waiters.inc()
         try:
             if awaited.task is None or awaited.task.done():
@@ -226,10 +357,6 @@ class WaitHub:
             def done() -> bool:
                 return awaited.state is not None and _moved(awaited.state, watch)
 
-            if awaited.state is None or done():
-                # No state yet, or it says "changed" but may be older than what the caller saw
-                # (answering from it would make the caller look again for nothing): read now.
-                await self._refresh(lock_id, awaited)
             async with awaited.changed:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(awaited.changed.wait_for(done), timeout)
@@ -240,6 +367,7 @@ class WaitHub:
             )
         finally:
             awaited.waiters -= 1
+            self.waiting -= 1
             self.metrics.waiters.dec()
 
 
@@ -257,11 +385,12 @@ class Leasewatch:
         self.metrics = Metrics()
         self._store = store
         self._owns_store = store is None
+        self._opener = StoreOpener(settings.open_store)
         self.watcher: Watcher | None = None
         self.hub: WaitHub | None = None
         self.last_scan_ok: bool | None = None
         self.last_scan_at: float | None = None
-        self.last_error: str | None = None
+        self.last_error: ChronolockError | None = None
         self._open_lock = asyncio.Lock()
 
     async def ready(self) -> Watcher:
@@ -273,7 +402,8 @@ class Leasewatch:
     async def _open(self) -> Watcher:
         if self.watcher is None:
             if self._store is None:
-                self._store = await asyncio.to_thread(self.settings.open_store)
+                # Backs off after failures: a wrong password must not mean a login per request.
+                self._store = await asyncio.to_thread(self._opener.open)
             self.watcher = Watcher(
                 self._store,
                 grace=self.settings.grace,
@@ -281,7 +411,14 @@ class Leasewatch:
                 replica_id=self.settings.replica_id,
                 on_revoke=self._count,
             )
-            self.hub = WaitHub(self._store, self.watcher, self.metrics)
+            self.hub = WaitHub(
+                self._store,
+                self.watcher,
+                self.metrics,
+                max_waiters=self.settings.max_waiters,
+                max_waiters_per_lock=self.settings.max_waiters_per_lock,
+                poll_rate=self.settings.wait_poll_rate,
+            )
         return self.watcher
 
     def _count(self, event: Revocation) -> None:
@@ -292,9 +429,9 @@ class Leasewatch:
             watcher = await self.ready()
             report = await asyncio.to_thread(watcher.scan)
         except ChronolockError as exc:
-            self.last_scan_ok, self.last_error = False, str(exc)
+            self.last_scan_ok, self.last_error = False, exc
             self.metrics.scans.labels("error").inc()
-            log.warning("scan_failed", error=str(exc))
+            log.warning("scan_failed", error=str(exc), error_type=type(exc).__name__)
             return
         self.last_scan_ok, self.last_error, self.last_scan_at = True, None, time.monotonic()
         self.metrics.scans.labels("ok").inc()
@@ -316,7 +453,8 @@ class Leasewatch:
         if self.last_scan_ok is None:
             return False, ["no scan has completed yet"]
         if not self.last_scan_ok:
-            return False, [f"store unavailable: {self.last_error}"]
+            error = self.last_error
+            return False, [public_error(error) if error is not None else "store failed"]
         if self.last_scan_at is not None and time.monotonic() - self.last_scan_at > 3 * self.settings.scan_interval + 5:
             return False, ["no successful scan recently"]
         return True, []
@@ -332,7 +470,21 @@ async def _service(request: Request) -> Leasewatch:  # async: no threadpool hop 
 
 
 ServiceDep = Annotated[Leasewatch, Depends(_service)]
-LockIdPath = Annotated[str, Path(description="lock id (URL-encoded)", max_length=1024)]
+LockIdPath = Annotated[
+    str,
+    Path(
+        description=f"lock id, URL-encoded: at most {MAX_LOCK_ID_BYTES} bytes of UTF-8 in NFC, no control, "
+        "format (zero-width, bidi) or separator characters other than the space",
+        # Documented, not enforced here: the handler checks the byte limit (and the rest) with
+        # one clear message. maxLength counts characters, so 256 is a true upper bound.
+        json_schema_extra={"minLength": 1, "maxLength": MAX_LOCK_ID_BYTES, "x-max-utf8-bytes": MAX_LOCK_ID_BYTES},
+    ),
+]
+_REFUSALS: dict[int | str, dict[str, Any]] = {
+    401: {"model": RefusedOut, "description": "a bearer token is required (LEASEWATCH_READ_TOKEN)"},
+    422: {"description": "invalid lock id or parameters"},
+    503: {"model": RefusedOut, "description": "the store is unavailable (no host or path is named)"},
+}
 
 
 def _lock_out(view: LockView) -> LockOut:
@@ -365,9 +517,30 @@ def _lock_out(view: LockView) -> LockOut:
     )
 
 
+AuthorizationHeader = Annotated[str | None, Header(alias="Authorization", description="Bearer <token>")]
+
+
+def _bearer(authorization: str | None) -> str | None:
+    scheme, _, given = (authorization or "").partition(" ")
+    return given.strip() if scheme.lower() == "bearer" and given.strip() else None
+
+
+def _caller(tokens: dict[str, str], given: str | None) -> str | None:
+    """The name of the token ``given`` matches, comparing every token in constant time."""
+    if given is None:
+        return None
+    found = None
+    for token, name in tokens.items():
+        if hmac.compare_digest(given.encode(), token.encode()):
+            found = name
+    return found
+
+
 def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore | None = None) -> FastAPI:
     """Build a leasewatch app. Nothing is opened until the app starts (lifespan)."""
     settings = settings or LeasewatchSettings()
+    admin_tokens = settings.admin_token_names
+    read_token = settings.read_token.get_secret_value() if settings.read_token else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -401,18 +574,41 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, exc: StoreError) -> JSONResponse:
-        return JSONResponse(status_code=503, content={"detail": f"store unavailable: {exc}"})
+        # The full error (hosts, ports, file paths) goes to the log, a kind of failure to the client.
+        log.warning("request_store_error", path=request.url.path, error=str(exc), error_type=type(exc).__name__)
+        retry = "30" if isinstance(exc, StoreAccessDenied) else "1"
+        return JSONResponse(status_code=503, content={"detail": public_error(exc)}, headers={"Retry-After": retry})
 
     @app.exception_handler(InvalidLockId)
     async def bad_lock_id(request: Request, exc: InvalidLockId) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": f"invalid lock id: {exc}"})
 
+    @app.exception_handler(WaitRefused)
+    async def wait_refused(request: Request, exc: WaitRefused) -> JSONResponse:
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 429 else {}
+        return JSONResponse(status_code=exc.status, content={"detail": exc.detail}, headers=headers)
+
+    def require_reader(service: Leasewatch, authorization: str | None) -> None:
+        """With LEASEWATCH_READ_TOKEN set, lock ids and owners are shown only to its holder
+        (or an admin)."""
+        if read_token is None:
+            return
+        given = _bearer(authorization)
+        if given is not None and (
+            hmac.compare_digest(given.encode(), read_token.encode()) or _caller(admin_tokens, given)
+        ):
+            return
+        service.metrics.auth_failures.labels("read").inc()
+        raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
+        # The page itself holds no data; it fetches /locks (with the token from the URL fragment).
         return HTMLResponse(resources.files("leasewatch").joinpath("static/index.html").read_text())
 
-    @app.get("/locks", response_model=list[LockSummary], summary="Locks with live state")
-    async def locks(service: ServiceDep) -> list[LockSummary]:
+    @app.get("/locks", response_model=list[LockSummary], summary="Locks with live state", responses=_REFUSALS)
+    async def locks(service: ServiceDep, authorization: AuthorizationHeader = None) -> list[LockSummary]:
+        require_reader(service, authorization)
         watcher = await service.ready()
 
         def collect() -> list[LockSummary]:
@@ -437,13 +633,22 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         "/wait/{lock_id:path}",
         response_model=WaitOut,
         summary="Long-poll until a queue cell is gone or the holder changes",
+        responses={
+            404: {"model": RefusedOut, "description": "the lock id has no queue: nothing to wait for"},
+            429: {"model": RefusedOut, "description": "too many long-polls (process, lock id or store budget)"},
+            422: _REFUSALS[422],
+            503: _REFUSALS[503],
+        },
     )
     async def wait(
         service: ServiceDep,
         lock_id: LockIdPath,
-        gone: Annotated[str | None, Query(description="return when this queue cell (a ticket) is gone")] = None,
+        gone: Annotated[
+            str | None, Query(max_length=512, description="return when this queue cell (a ticket) is gone")
+        ] = None,
         holder: Annotated[
-            str | None, Query(description="return when the holder is no longer this owner ('' = nobody)")
+            str | None,
+            Query(max_length=512, description="return when the holder is no longer this owner ('' = nobody)"),
         ] = None,
         timeout: Annotated[float, Query(gt=0, le=MAX_WAIT_S, description="seconds to wait at most")] = 10.0,
     ) -> WaitOut:
@@ -467,32 +672,54 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         assert service.hub is not None
         return {"waiters": await service.hub.notify(lock_id, gone=gone, released=released)}
 
-    @app.post("/revoke/{lock_id:path}", response_model=RevokeOut, summary="Revoke the holder (admin)")
+    @app.post(
+        "/revoke/{lock_id:path}",
+        response_model=RevokeOut,
+        summary="Revoke the holder (admin)",
+        responses={403: {"model": RefusedOut, "description": "no admin token is configured"}, **_REFUSALS},
+    )
     async def revoke(
         service: ServiceDep,
         lock_id: LockIdPath,
-        authorization: Annotated[str | None, Header()] = None,
-        owner: Annotated[str | None, Query(description="revoke this owner instead of the holder")] = None,
+        authorization: AuthorizationHeader = None,
+        owner: Annotated[
+            str | None, Query(max_length=512, description="revoke this owner instead of the holder")
+        ] = None,
     ) -> RevokeOut:
-        token = settings.admin_token.get_secret_value() if settings.admin_token else ""
-        if not token:
-            raise HTTPException(403, "revocation is disabled: no LEASEWATCH_ADMIN_TOKEN is configured")
-        scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+        if not admin_tokens:
+            raise HTTPException(403, "revocation is disabled: no LEASEWATCH_ADMIN_TOKENS are configured")
+        caller = _caller(admin_tokens, _bearer(authorization))
+        if caller is None:
+            service.metrics.auth_failures.labels("admin").inc()
+            log.warning("revoke_refused", lock_id=lock_id, detail="missing or wrong bearer token")
             raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
-        validate_lock_id(lock_id)
+        # Operators may still name a lock whose id predates the stricter rules, to clear it.
+        validate_lock_id(lock_id, legacy=True)
         watcher = await service.ready()
-        revoked = await asyncio.to_thread(watcher.revoke_now, lock_id, owner)
+        log.info("revoke_requested", lock_id=lock_id, owner=owner, caller=caller)
+        revoked = await asyncio.to_thread(partial(watcher.revoke_now, lock_id, owner, caller=caller))
         return RevokeOut(lock_id=lock_id, revoked=revoked)
 
-    @app.get("/locks/{lock_id:path}", response_model=LockOut, summary="Holder, fencing token, queue, lease ages")
-    async def lock(service: ServiceDep, lock_id: LockIdPath) -> LockOut:
-        validate_lock_id(lock_id)
+    @app.get(
+        "/locks/{lock_id:path}",
+        response_model=LockOut,
+        summary="Holder, fencing token, queue, lease ages",
+        responses=_REFUSALS,
+    )
+    async def lock(service: ServiceDep, lock_id: LockIdPath, authorization: AuthorizationHeader = None) -> LockOut:
+        require_reader(service, authorization)
+        validate_lock_id(lock_id, legacy=True)
         watcher = await service.ready()
         return _lock_out(await asyncio.to_thread(watcher.view, lock_id))
 
-    @app.get("/revocations", response_model=list[RevocationOut], summary="Recent revocations by this replica")
-    async def revocations(service: ServiceDep) -> list[RevocationOut]:
+    @app.get(
+        "/revocations",
+        response_model=list[RevocationOut],
+        summary="Recent revocations by this replica",
+        responses=_REFUSALS,
+    )
+    async def revocations(service: ServiceDep, authorization: AuthorizationHeader = None) -> list[RevocationOut]:
+        require_reader(service, authorization)
         watcher = await service.ready()
         return [
             RevocationOut(
@@ -502,6 +729,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
                 unchanged_for_s=e.unchanged_for,
                 at=e.at,
                 by=e.by,
+                caller=e.caller,
                 holder=e.holder,
             )
             for e in reversed(watcher.events)

@@ -2,46 +2,47 @@
 
 from __future__ import annotations
 
-import math
-
 import typer
-import uvicorn
 from rich.markup import escape
 
 from leasewatch.settings import LeasewatchSettings
+from lockclient.entrypoint import guarded_main
 from lockclient.logs import configure_logging
-from lockclient.settings import settings_help
+from lockclient.settings import redacted_settings, settings_help
 
-app = typer.Typer(help="chronolock leasewatch: revokes dead lock holders and waiters.", no_args_is_help=True)
+app = typer.Typer(
+    help="chronolock leasewatch: revokes dead lock holders and waiters.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,  # errors go through guarded_main: redacted, no locals
+)
 
 
 @app.command(epilog=escape(settings_help(LeasewatchSettings)).replace("\n", "\n\n"))
 def serve() -> None:
-    """Serve /locks, /locks/{id}, /locks/{id}/wait, POST /locks/{id}/revoke, /healthz, /readyz, /metrics, /docs, /."""
+    """Serve /locks, /locks/{id}, /wait/{id}, /notify/{id}, POST /revoke/{id}, /revocations, /healthz,
+    /readyz, /metrics, /docs and /."""
     from leasewatch.app import create_app
+    from lockclient.serving import build_server
 
     settings = LeasewatchSettings()
     configure_logging(settings.log_level, settings.log_format)
-    uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings),
-            host=settings.host,
-            port=settings.port,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace),
-        )
+    build_server(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        limits=settings,
+        shutdown_grace=settings.shutdown_grace,
     ).run()
 
 
 @app.command()
 def settings() -> None:
-    """Print the settings this replica would use (secrets hidden)."""
-    typer.echo(LeasewatchSettings().model_dump_json(indent=2))
+    """Print the settings this replica would use (secrets masked, no credentials in the store URL)."""
+    typer.echo(redacted_settings(LeasewatchSettings()))
 
 
 def main() -> None:
-    app()
+    guarded_main(app, program="leasewatch", settings_cls=LeasewatchSettings)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,8 @@ class Revocation:
     at: datetime
     by: str
     holder: bool
+    caller: str | None = None
+    """Who asked, for an operator revocation: the name of the admin token used."""
 
 
 @dataclass(frozen=True)
@@ -326,7 +328,9 @@ class Watcher:
 
     # -- revocation ----------------------------------------------------------------------------
 
-    def _revoke_holder(self, lock_id: str, raw: str, reason: str, unchanged: float | None) -> bool:
+    def _revoke_holder(
+        self, lock_id: str, raw: str, reason: str, unchanged: float | None, *, caller: str | None = None
+    ) -> bool:
         """Compare-and-set delete of the record we watched; then its queue cell."""
         result = self.store.compare_and_set(lock_id, {HOLDER_COLUMN: raw}, {HOLDER_COLUMN: None})
         if not result.applied:
@@ -342,11 +346,18 @@ class Watcher:
         backoff = self.store.get(Table.BACKOFF_MAIN, lock_id, record.owner)
         if backoff is not None:
             self.store.delete(Table.BACKOFF_MAIN, lock_id, record.owner, timestamp=backoff.timestamp + 1)
-        self._record(lock_id, record.owner, reason, unchanged, holder=True)
+        self._record(lock_id, record.owner, reason, unchanged, holder=True, caller=caller)
         return True
 
     def _revoke_waiter(
-        self, lock_id: str, cell: Cell, record: WaiterRecord, reason: str, unchanged: float | None
+        self,
+        lock_id: str,
+        cell: Cell,
+        record: WaiterRecord,
+        reason: str,
+        unchanged: float | None,
+        *,
+        caller: str | None = None,
     ) -> bool:
         # Re-read right before deleting: a waiter that renewed since our look is alive.
         current = self.store.get(Table.QUEUE, lock_id, cell.column)
@@ -354,10 +365,19 @@ class Watcher:
             log.info("revoke_skipped", lock_id=lock_id, owner=record.owner, detail="queue cell changed or gone")
             return False
         self.store.delete(Table.QUEUE, lock_id, cell.column, timestamp=current.timestamp + REVOKED_CELL_SHADOW_US)
-        self._record(lock_id, record.owner, reason, unchanged, holder=False)
+        self._record(lock_id, record.owner, reason, unchanged, holder=False, caller=caller)
         return True
 
-    def _record(self, lock_id: str, owner: str, reason: str, unchanged: float | None, *, holder: bool) -> None:
+    def _record(
+        self,
+        lock_id: str,
+        owner: str,
+        reason: str,
+        unchanged: float | None,
+        *,
+        holder: bool,
+        caller: str | None = None,
+    ) -> None:
         event = Revocation(
             lock_id=lock_id,
             owner=owner,
@@ -366,15 +386,29 @@ class Watcher:
             at=datetime.now(UTC),
             by=self.replica_id,
             holder=holder,
+            caller=caller,
         )
         self.events.append(event)
         self.revocations += 1
-        log.warning("lease_revoked", lock_id=lock_id, owner=owner, holder=holder, reason=reason, by=self.replica_id)
+        log.warning(
+            "lease_revoked",
+            lock_id=lock_id,
+            owner=owner,
+            holder=holder,
+            reason=reason,
+            by=self.replica_id,
+            caller=caller,
+        )
         if self._on_revoke is not None:
             self._on_revoke(event)
 
     def revoke_now(
-        self, lock_id: str, owner: str | None = None, *, reason: str = "revoked by an operator"
+        self,
+        lock_id: str,
+        owner: str | None = None,
+        *,
+        reason: str = "revoked by an operator",
+        caller: str | None = None,
     ) -> list[str]:
         """Operator revocation (``POST /revoke/{id}``): the holder, or one named owner.
 
@@ -385,7 +419,7 @@ class Watcher:
             for _ in range(5):
                 state = self._read(lock_id)
                 if state.holder_raw is not None and (owner is None or _owner_of(state.holder_raw) == owner):
-                    if self._revoke_holder(lock_id, state.holder_raw, reason, None):
+                    if self._revoke_holder(lock_id, state.holder_raw, reason, None, caller=caller):
                         revoked.append(_owner_of(state.holder_raw))
                         self._leases.pop((lock_id, HOLDER_COLUMN), None)
                         return revoked
@@ -397,7 +431,9 @@ class Watcher:
                         record = WaiterRecord.decode(cell.value)
                     except StoreError:
                         continue
-                    if record.owner == owner and self._revoke_waiter(lock_id, cell, record, reason, None):
+                    if record.owner == owner and self._revoke_waiter(
+                        lock_id, cell, record, reason, None, caller=caller
+                    ):
                         revoked.append(owner)
                         return revoked
                 return revoked

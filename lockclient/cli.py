@@ -3,7 +3,9 @@
 ``lockctl run NAME -- CMD...`` works like ``flock(1)`` or ``etcdctl lock``: it takes
 the lock (first come, first served), runs CMD with ``CHRONOLOCK_LOCK_ID``,
 ``CHRONOLOCK_FENCING_TOKEN`` and ``CHRONOLOCK_LOCK_OWNER`` added to its environment,
-and releases the lock when CMD ends.
+and releases the lock when CMD ends. CMD does **not** inherit lockctl's secrets: the
+Cassandra password, leasewatch and timesvc tokens are removed from its environment
+and the credentials from ``CHRONOLOCK_STORE_URL`` (``--pass-secrets`` keeps them).
 
 Unlike flock's lock, a lease-based lock lives in the process that renews it, so
 lockctl supervises CMD (:mod:`lockclient.supervisor` has the details and the
@@ -42,7 +44,8 @@ Exit status of ``lockctl run``:
       in its group) ran; they were terminated (SIGTERM, then SIGKILL after
       ``--kill-grace`` or just before the lease would run out, whichever is first)
  75   the lock is busy (``--try``) or ``--timeout`` ran out (EX_TEMPFAIL)
- 78   bad ``CHRONOLOCK_*`` settings (EX_CONFIG)
+ 78   bad ``CHRONOLOCK_*`` settings, or the store refused the credentials or its TLS
+      certificate did not verify (EX_CONFIG: retrying will not help)
  126  CMD could not be executed, or lockctl could not set up its supervision;
       127: CMD was not found
  128+N  lockctl received signal N (SIGINT, SIGTERM, SIGHUP): it forwarded the
@@ -75,6 +78,7 @@ import typer
 from pydantic import ValidationError
 from rich.markup import escape
 
+from lockclient.entrypoint import describe_validation_error, guarded_main
 from lockclient.errors import (
     ClockError,
     ConfigurationError,
@@ -85,7 +89,8 @@ from lockclient.errors import (
 )
 from lockclient.lockid import validate_lock_id
 from lockclient.logs import configure_logging
-from lockclient.settings import ClientSettings, settings_help
+from lockclient.redact import redact, strip_url_credentials
+from lockclient.settings import SERVICE_SECRET_ENV, ClientSettings, StoreSettings, secret_env_names, settings_help
 from lockclient.supervisor import (
     DEFAULT_KILL_GRACE,
     KILL_MARGIN,
@@ -152,7 +157,7 @@ LogFormatOption = Annotated[LogFormat, typer.Option("--log-format", help="Format
 
 
 def _say(message: str) -> None:
-    typer.echo(f"lockctl: {message}", err=True)
+    typer.echo(f"lockctl: {redact(message)}", err=True)
 
 
 def _fail(code: int, message: str) -> NoReturn:
@@ -170,10 +175,10 @@ def _clear_errors() -> Iterator[None]:
     except ConfigurationError as exc:
         _fail(EXIT_CONFIG, f"configuration error: {exc}")
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
+        _fail(
+            EXIT_CONFIG,
+            f"configuration error (CHRONOLOCK_* settings): {describe_validation_error(exc, ClientSettings)}",
         )
-        _fail(EXIT_CONFIG, f"configuration error (CHRONOLOCK_* settings): {problems}")
     except (StoreError, ClockError) as exc:
         _fail(EXIT_UNAVAILABLE, f"unavailable: {exc}")
 
@@ -272,12 +277,21 @@ def run(
             show_default=False,
         ),
     ] = None,
+    pass_secrets: Annotated[
+        bool,
+        typer.Option(
+            "--pass-secrets",
+            help="Let COMMAND inherit lockctl's secrets (Cassandra password, tokens, credentials in "
+            "CHRONOLOCK_STORE_URL). Default: they are removed from its environment.",
+        ),
+    ] = False,
     verbose: Verbose = 0,
     log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
     """Run COMMAND while holding lock NAME, like flock(1): lockctl run NAME -- COMMAND [ARGS]...
 
-    COMMAND gets CHRONOLOCK_LOCK_ID, CHRONOLOCK_FENCING_TOKEN and CHRONOLOCK_LOCK_OWNER in its environment.
+    COMMAND gets CHRONOLOCK_LOCK_ID, CHRONOLOCK_FENCING_TOKEN and CHRONOLOCK_LOCK_OWNER in its environment,
+    and not lockctl's secrets (unless --pass-secrets).
 
     COMMAND runs in its own process group. If lockctl dies, the group is killed at once; when COMMAND
     exits, processes it left in the group are terminated before the lock is released; if the lease is
@@ -332,7 +346,16 @@ def run(
         with _clear_errors():
             locker = RemoteLocker.from_env(**overrides)
         try:
-            code = _run_locked(locker, name, command, trap, timeout=timeout, try_=try_, kill_grace=kill_grace)
+            code = _run_locked(
+                locker,
+                name,
+                command,
+                trap,
+                timeout=timeout,
+                try_=try_,
+                kill_grace=kill_grace,
+                pass_secrets=pass_secrets,
+            )
         finally:
             locker.close()
     raise typer.Exit(code)
@@ -347,6 +370,7 @@ def _run_locked(
     timeout: float | None,
     try_: bool,
     kill_grace: float,
+    pass_secrets: bool = False,
 ) -> int:
     lock: RemoteLock | None
     with _clear_errors():
@@ -366,7 +390,7 @@ def _run_locked(
         if trap.first is not None:  # a signal arrived just as we acquired
             _say(f"{_signal_name(trap.first)} received; the command was not started")
             return 128 + trap.first
-        return _supervise(lock, command, trap, kill_grace)
+        return _supervise(lock, command, trap, kill_grace, pass_secrets=pass_secrets)
     finally:
         lock.release()  # never raises for the store: a release it could not finish goes on in the background
         if lock.cleanup_pending:
@@ -376,13 +400,34 @@ def _run_locked(
             )
 
 
-def _supervise(lock: RemoteLock, command: list[str], trap: _SignalTrap, kill_grace: float) -> int:
+def child_environment(environ: dict[str, str], *, pass_secrets: bool = False) -> dict[str, str]:
+    """The environment COMMAND gets: lockctl's, without the secrets of any chronolock component
+    (the Cassandra password, leasewatch and timesvc tokens) and without credentials in
+    ``CHRONOLOCK_STORE_URL`` — unless ``pass_secrets``. COMMAND is someone else's program:
+    it needs the lock, not the right to rewrite every lock's cells."""
+    env = dict(environ)
+    if pass_secrets:
+        return env
+    # The library never imports the services: their secret names are listed in
+    # SERVICE_SECRET_ENV (a test keeps the list equal to what their settings classes read).
+    secrets = secret_env_names(StoreSettings) | secret_env_names(ClientSettings) | SERVICE_SECRET_ENV
+    for name in secrets:
+        env.pop(name, None)
+    url = env.get("CHRONOLOCK_STORE_URL")
+    if url is not None:
+        env["CHRONOLOCK_STORE_URL"] = strip_url_credentials(url)
+    return env
+
+
+def _supervise(
+    lock: RemoteLock, command: list[str], trap: _SignalTrap, kill_grace: float, *, pass_secrets: bool = False
+) -> int:
     """Run the command under supervision (lockclient.supervisor); return lockctl's exit status."""
     refusal = _why_not_start(lock, kill_grace)
     if refusal is not None:
         _say(refusal)
         return EXIT_LOCK_LOST
-    env = dict(os.environ)
+    env = child_environment(dict(os.environ), pass_secrets=pass_secrets)
     env.update(
         CHRONOLOCK_LOCK_ID=lock.lock_id,
         CHRONOLOCK_FENCING_TOKEN=str(lock.fencing_token),
@@ -561,6 +606,15 @@ def schema(
             help="Tombstone grace of every table (Cassandra); no lower than the hint window and repair interval.",
         ),
     ] = None,
+    grant_to: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grant-to",
+            metavar="ROLE",
+            help="Grant this client role SELECT and MODIFY on the keyspace — all a lock client, timesvc or "
+            "leasewatch needs (Cassandra; repeatable). Run as the schema role (lockctl roles).",
+        ),
+    ] = None,
     verbose: Verbose = 0,
     log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
@@ -572,6 +626,8 @@ def schema(
         settings = ClientSettings()
         url = parse_store_url(settings.store_url)
         if url.scheme == "sqlite":
+            if grant_to:
+                _fail(EXIT_USAGE, "error: --grant-to needs a Cassandra store (SQLite has no roles)")
             store = settings.open_store()
             store.close()
             typer.echo(f"SQLite store {url.redacted()}: tables are created when the store is opened; ready.")
@@ -590,6 +646,8 @@ def schema(
                 datacenter=datacenter,
                 username=settings.cassandra_username,
                 password=password,
+                tls=settings.tls(),
+                grant_to=tuple(grant_to or ()),
                 **extra,
             )
         except ModuleNotFoundError as exc:
@@ -603,8 +661,71 @@ def schema(
     typer.echo(f"-- chronolock schema version {SCHEMA_VERSION} on {url.redacted()}: {len(statements)} statements")
 
 
+def _read_secret_file(option: str, path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError as exc:
+        _fail(EXIT_USAGE, f"error: cannot read {option} {path}: {exc.strerror or exc}")
+
+
+@app.command(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+def roles(
+    schema_role: Annotated[
+        str, typer.Option("--schema-role", help="Role for `lockctl schema`: CREATE ON ALL KEYSPACES only.")
+    ] = "chronolock_schema",
+    schema_password_file: Annotated[
+        str, typer.Option("--schema-password-file", metavar="FILE", help="File holding the schema role's password.")
+    ] = "",
+    client_role: Annotated[
+        str,
+        typer.Option("--client-role", help="Role for clients, timesvc and leasewatch (no permissions until granted)."),
+    ] = "chronolock",
+    client_password_file: Annotated[
+        str, typer.Option("--client-password-file", metavar="FILE", help="File holding the client role's password.")
+    ] = "",
+    verbose: Verbose = 0,
+    log_format: LogFormatOption = LogFormat.CONSOLE,
+) -> None:
+    """Create (or update) the schema role and the client role, neither a superuser (Cassandra 2.2+).
+
+    Run once with an administrator's login (CHRONOLOCK_CASSANDRA_USERNAME/PASSWORD); then run
+    `lockctl schema --grant-to CLIENT_ROLE` as the schema role, and everything else as the client
+    role, which can only SELECT and MODIFY the keyspace. Passwords are read from files (Secrets
+    mounted as files), never from the command line; each needs at least 16 characters.
+    """
+    _setup_logging(verbose, log_format)
+    if not schema_password_file or not client_password_file:
+        _fail(EXIT_USAGE, "error: --schema-password-file and --client-password-file are required")
+    schema_password = _read_secret_file("--schema-password-file", schema_password_file)
+    client_password = _read_secret_file("--client-password-file", client_password_file)
+    with _clear_errors():
+        settings = ClientSettings()
+        from lockclient.store.url import parse_store_url
+
+        url = parse_store_url(settings.store_url)
+        if url.scheme != "cassandra":
+            _fail(EXIT_USAGE, "error: roles need a Cassandra store (CHRONOLOCK_STORE_URL=cassandra://...)")
+        from lockclient.store.cassandra_schema import create_roles
+
+        password = settings.cassandra_password.get_secret_value() if settings.cassandra_password else None
+        statements = create_roles(
+            settings.store_url,
+            schema_role=schema_role,
+            schema_password=schema_password,
+            client_role=client_role,
+            client_password=client_password,
+            username=settings.cassandra_username,
+            password=password,
+            tls=settings.tls(),
+        )
+    for statement in statements:
+        typer.echo(f"{statement};")
+    typer.echo(f"-- roles {schema_role} (schema) and {client_role} (client) on {url.redacted()}")
+
+
 def main() -> None:
-    app()
+    guarded_main(app, program="lockctl", settings_cls=ClientSettings)
 
 
 if __name__ == "__main__":

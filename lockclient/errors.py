@@ -6,7 +6,9 @@ Every error the library or a service raises on purpose derives from
     ChronolockError
      ├── ConfigurationError          bad store URL, bad settings
      ├── StoreError                  the store failed; ``__cause__`` is the driver's error
-     │    └── StoreUnavailable       the store cannot be reached (timeouts, no hosts, busy)
+     │    ├── StoreUnavailable       the store cannot be reached (timeouts, no hosts, busy)
+     │    └── StoreAccessDenied      credentials rejected, or the node's TLS certificate
+     │                               did not verify (also a ConfigurationError)
      ├── ClockError                  no global time could be had
      │    └── TimeServiceUnavailable no timesvc replica answered
      └── LockError                   carries ``lock_id``
@@ -29,6 +31,7 @@ __all__ = [
     "LockLost",
     "LockNotOwned",
     "LockTimeout",
+    "StoreAccessDenied",
     "StoreError",
     "StoreUnavailable",
     "TimeServiceUnavailable",
@@ -49,6 +52,14 @@ class StoreError(ChronolockError):
 
 class StoreUnavailable(StoreError):
     """The cell store cannot be reached now (timeout, no live hosts, database busy)."""
+
+
+class StoreAccessDenied(StoreError, ConfigurationError):
+    """The store rejected our credentials, or a node's TLS certificate did not verify.
+
+    Not transient — retrying cannot help until the configuration changes — so it is also a
+    :class:`ConfigurationError` (``lockctl`` exits 78), and services back off before they try
+    again instead of logging in on every request."""
 
 
 class ClockError(ChronolockError):

@@ -37,8 +37,26 @@ def index_shard(lock_id: str) -> str:
     return str(zlib.crc32(lock_id.encode("utf-8")) % INDEX_SHARDS)
 
 
-def validate_lock_id(lock_id: object) -> str:
-    """Non-empty text, at most 256 bytes of UTF-8, no control characters. Checked before any store access."""
+_INVISIBLE = frozenset({"Cf", "Zl", "Zp", "Cn"})
+"""Format characters (zero-width space/joiners, bidi controls, BOM, soft hyphen), line and
+paragraph separators, and unassigned code points (their normalization may change with a
+later Unicode version)."""
+
+
+def validate_lock_id(lock_id: object, *, legacy: bool = False) -> str:
+    """Check a lock id before any store access; return it unchanged.
+
+    A lock id is non-empty text of at most 256 bytes of UTF-8 without control characters,
+    and — since lock ids that *look* the same must *be* the same — it must be in Unicode
+    NFC and contain no invisible characters: no format characters (zero-width space or
+    joiners, bidi controls such as U+202E, the BOM, the soft hyphen), no line or paragraph
+    separators, no spaces other than U+0020, no unassigned code points. Such ids are
+    **refused, not normalised**: a lock id is part of the store layout (it names rows), so
+    silently normalising would make an existing name mean a different lock.
+
+    ``legacy=True`` applies only the older rules (length, control characters): leasewatch
+    uses it so that an operator can still view and revoke a lock created before.
+    """
     if not isinstance(lock_id, str):
         raise InvalidLockId(f"lock id must be a string, not {type(lock_id).__name__}")
     if not lock_id:
@@ -52,6 +70,20 @@ def validate_lock_id(lock_id: object) -> str:
     for ch in lock_id:
         if unicodedata.category(ch) in ("Cc", "Cs"):
             raise InvalidLockId(f"lock id contains control character U+{ord(ch):04X}", lock_id=repr(lock_id))
+    if legacy or lock_id.isascii():
+        return lock_id  # ASCII without control characters is always NFC and visible
+    if not unicodedata.is_normalized("NFC", lock_id):
+        raise InvalidLockId(
+            "lock id is not in Unicode NFC (a look-alike of its composed form); use unicodedata.normalize('NFC', id)",
+            lock_id=repr(lock_id),
+        )
+    for ch in lock_id:
+        category = unicodedata.category(ch)
+        if category in _INVISIBLE or (category == "Zs" and ch != " "):
+            name = unicodedata.name(ch, "unassigned")
+            raise InvalidLockId(
+                f"lock id contains invisible or look-alike character U+{ord(ch):04X} ({name})", lock_id=repr(lock_id)
+            )
     return lock_id
 
 

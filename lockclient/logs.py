@@ -1,13 +1,41 @@
-"""Structured logging: one line per event, JSON by default (structlog)."""
+"""Structured logging: one line per event, JSON by default (structlog).
+
+Every line is redacted (:func:`lockclient.redact.redact`) as it is rendered: its values
+and a rendered traceback alike — a driver error that quotes a URL with a password, a
+token in an exception message. Events logged through :func:`get_logger` are redacted
+before they leave the library too, whoever renders them.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 
-__all__ = ["configure_logging", "get_logger"]
+from lockclient.redact import redact
+
+__all__ = ["configure_logging", "get_logger", "redact_event"]
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_redacted(v) for v in value)
+    return value
+
+
+def redact_event(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: every string in the event, nested ones included, redacted."""
+    for key, value in list(event_dict.items()):
+        if key != "exc_info":
+            event_dict[key] = _redacted(value)
+    return event_dict
 
 
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
@@ -38,7 +66,13 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                # Tracebacks become text here, so that they are redacted like everything else.
+                structlog.processors.format_exc_info,
+                redact_event,
+                renderer,
+            ],
         )
     )
     root = logging.getLogger()
@@ -61,6 +95,7 @@ def get_logger(name: str) -> structlog.stdlib.BoundLogger:
         processors=[
             structlog.stdlib.filter_by_level,
             structlog.contextvars.merge_contextvars,
+            redact_event,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
     )

@@ -8,19 +8,35 @@ that the manifests provide exactly what each settings class reads.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from lockclient.store.url import parse_store_url
+from lockclient.redact import MASK, register_secret, strip_url_credentials
+from lockclient.store.url import TlsOptions, TlsVerify, parse_store_url
 
 if TYPE_CHECKING:
     from lockclient.store.base import CellStore
 
-__all__ = ["ClientSettings", "LoggingSettings", "StoreSettings", "env_names", "settings_help"]
+__all__ = [
+    "SERVICE_SECRET_ENV",
+    "SETTINGS_CONFIG",
+    "ClientSettings",
+    "HttpServerSettings",
+    "LoggingSettings",
+    "StoreSettings",
+    "check_token",
+    "env_names",
+    "parse_named_tokens",
+    "redacted_settings",
+    "secret_env_names",
+    "settings_help",
+]
 
 DEFAULT_STORE_URL = "sqlite:///.chronolock/cells.db"
 
@@ -30,14 +46,26 @@ def default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def _alias(name: str) -> AliasChoices:
-    return AliasChoices(name)
+def _alias(name: str, *deprecated: str) -> AliasChoices:
+    """The variable ``name``; ``deprecated`` older spellings are still read (the first is canonical)."""
+    return AliasChoices(name, *deprecated)
+
+
+SETTINGS_CONFIG = SettingsConfigDict(
+    extra="ignore",
+    populate_by_name=True,
+    # NaN and infinities are never a valid duration or count ("inf" passes `gt=0`).
+    allow_inf_nan=False,
+    # A validation error must not echo what it rejected: it may be a password or a token.
+    hide_input_in_errors=True,
+)
+"""Shared by every settings class: ``SettingsConfigDict(env_prefix=..., **SETTINGS_CONFIG)``."""
 
 
 class StoreSettings(BaseSettings):
-    """Where the cells live. Shared by every component."""
+    """Where the cells live, and how to reach them. Shared by every component."""
 
-    model_config = SettingsConfigDict(env_prefix="CHRONOLOCK_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(env_prefix="CHRONOLOCK_", **SETTINGS_CONFIG)
 
     store_url: str = Field(
         default=DEFAULT_STORE_URL,
@@ -50,19 +78,76 @@ class StoreSettings(BaseSettings):
     cassandra_password: SecretStr | None = Field(
         default=None, validation_alias=_alias("CHRONOLOCK_CASSANDRA_PASSWORD"), description="Cassandra password"
     )
+    cassandra_ssl: bool = Field(
+        default=False,
+        validation_alias=_alias("CHRONOLOCK_CASSANDRA_SSL"),
+        description="TLS to Cassandra (implied by any other CHRONOLOCK_CASSANDRA_SSL_* setting)",
+    )
+    cassandra_ssl_ca: str | None = Field(
+        default=None,
+        validation_alias=_alias("CHRONOLOCK_CASSANDRA_SSL_CA"),
+        description="CA bundle (PEM) node certificates must chain to; unset = the system's",
+    )
+    cassandra_ssl_cert: str | None = Field(
+        default=None,
+        validation_alias=_alias("CHRONOLOCK_CASSANDRA_SSL_CERT"),
+        description="client certificate (PEM) for mutual TLS",
+    )
+    cassandra_ssl_key: str | None = Field(
+        default=None,
+        validation_alias=_alias("CHRONOLOCK_CASSANDRA_SSL_KEY"),
+        description="private key (PEM) of the client certificate, if not in the same file",
+    )
+    cassandra_ssl_hostname: str | None = Field(
+        default=None,
+        validation_alias=_alias("CHRONOLOCK_CASSANDRA_SSL_HOSTNAME"),
+        description="name every node certificate must carry; unset = the address connected to",
+    )
+    cassandra_ssl_verify: TlsVerify = Field(
+        default="full",
+        validation_alias=_alias("CHRONOLOCK_CASSANDRA_SSL_VERIFY"),
+        description="full (chain and name), ca (chain only) or none (no verification: tests only)",
+    )
 
     @field_validator("store_url")
     @classmethod
     def _valid_url(cls, value: str) -> str:
-        parse_store_url(value)  # raises ConfigurationError with a clear message
+        parse_store_url(value)  # raises ConfigurationError with a clear message (no password in it)
         return value
+
+    @field_validator("cassandra_ssl_ca", "cassandra_ssl_cert", "cassandra_ssl_key", "cassandra_ssl_hostname")
+    @classmethod
+    def _empty_is_unset(cls, value: str | None) -> str | None:
+        # A ConfigMap entry "NAME=" means "not set", not "a file named ''".
+        return value.strip() or None if value is not None else None
+
+    def model_post_init(self, context: Any, /) -> None:
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                register_secret(value.get_secret_value())
+        self.tls()  # inconsistent TLS settings fail at start-up, not at the first connection
+
+    def tls(self) -> TlsOptions:
+        """The TLS settings (the store URL's ``ssl*`` options override them)."""
+        enabled = self.cassandra_ssl or any(
+            (self.cassandra_ssl_ca, self.cassandra_ssl_cert, self.cassandra_ssl_key, self.cassandra_ssl_hostname)
+        )
+        return TlsOptions(
+            enabled=enabled,
+            ca=self.cassandra_ssl_ca,
+            cert=self.cassandra_ssl_cert,
+            key=self.cassandra_ssl_key,
+            hostname=self.cassandra_ssl_hostname if self.cassandra_ssl_verify == "full" else None,
+            verify=self.cassandra_ssl_verify,
+        )
 
     def open_store(self) -> CellStore:
         """Open the configured store."""
         from lockclient.store import open_store
 
         password = self.cassandra_password.get_secret_value() if self.cassandra_password else None
-        return open_store(self.store_url, username=self.cassandra_username, password=password)
+        return open_store(self.store_url, username=self.cassandra_username, password=password, tls=self.tls())
 
 
 class LoggingSettings(BaseSettings):
@@ -70,6 +155,30 @@ class LoggingSettings(BaseSettings):
 
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="log level")
     log_format: Literal["json", "console"] = Field(default="json", description="json: one JSON object per line")
+
+
+class HttpServerSettings(BaseSettings):
+    """Bounds on what one HTTP client may hold: mixed into each service's settings
+    (so the variables carry the service's prefix: ``TIMESVC_MAX_CONNECTIONS``, ...)."""
+
+    max_connections: int = Field(
+        default=1024,
+        ge=1,
+        le=100_000,
+        description="open connections at most; beyond it the one waiting longest for a request head is closed",
+    )
+    header_timeout: float = Field(
+        default=10.0, gt=0, le=300, description="seconds a connection may take to send a request's head"
+    )
+    max_header_bytes: int = Field(
+        default=16_384, ge=1024, le=1_048_576, description="bytes of request line + headers at most (431 beyond)"
+    )
+    max_body_bytes: int = Field(
+        default=65_536, ge=0, le=16_777_216, description="bytes of request body at most (413 beyond)"
+    )
+    keepalive_timeout: float = Field(
+        default=5.0, gt=0, le=300, description="seconds an idle keep-alive connection stays open"
+    )
 
 
 class ClientSettings(StoreSettings):
@@ -85,9 +194,15 @@ class ClientSettings(StoreSettings):
         validation_alias=_alias("CHRONOLOCK_LEASEWATCH_URL"),
         description="leasewatch base URL for wake-ups; empty = poll the store with capped back-off",
     )
-    lease: float = Field(default=10.0, gt=0, validation_alias=_alias("CHRONOLOCK_LEASE"), description="lease length, s")
+    lease: float = Field(
+        default=10.0, gt=0, le=3600, validation_alias=_alias("CHRONOLOCK_LEASE"), description="lease length, s"
+    )
     http_timeout: float = Field(
-        default=2.0, gt=0, validation_alias=_alias("CHRONOLOCK_HTTP_TIMEOUT"), description="timeout per HTTP call, s"
+        default=2.0,
+        gt=0,
+        le=600,
+        validation_alias=_alias("CHRONOLOCK_HTTP_TIMEOUT"),
+        description="timeout per HTTP call, s",
     )
     clock_max_age: float = Field(
         default=1.0,
@@ -103,28 +218,117 @@ class ClientSettings(StoreSettings):
     )
 
 
+SERVICE_SECRET_ENV = frozenset(
+    {"LEASEWATCH_ADMIN_TOKENS", "LEASEWATCH_ADMIN_TOKEN", "LEASEWATCH_READ_TOKEN", "TIMESVC_READ_TOKEN"}
+)
+"""Secret variables of timesvc and leasewatch (the library does not import the services; a
+test keeps this equal to their settings classes). ``lockctl run`` removes them from the
+command's environment."""
+
+MIN_TOKEN_LENGTH = 32
+"""Bearer tokens shorter than this are refused at start-up (``openssl rand -hex 32`` gives 64)."""
+_TOKEN_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+
+
+def check_token(variable: str, value: SecretStr | None) -> SecretStr | None:
+    """A bearer token setting: unset is fine; blank or shorter than :data:`MIN_TOKEN_LENGTH` is refused."""
+    if value is None:
+        return None
+    token = value.get_secret_value()
+    if not token.strip():
+        raise ValueError(f"{variable} is blank: unset it instead (a blank token would be a guessable one)")
+    if token != token.strip() or any(ch.isspace() for ch in token):
+        raise ValueError(f"{variable} must not contain whitespace")
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ValueError(f"{variable} must have at least {MIN_TOKEN_LENGTH} characters (openssl rand -hex 32)")
+    register_secret(token)
+    return value
+
+
+def parse_named_tokens(variable: str, value: SecretStr | None) -> dict[str, str]:
+    """``name:token,name2:token2`` (or one bare token, named ``admin``) -> {token: name}.
+
+    Each name says *who* acted (it is recorded with every revocation); each token is
+    checked like :func:`check_token`. Names and tokens must be unique."""
+    if value is None:
+        return {}
+    raw = value.get_secret_value()
+    if not raw.strip():
+        raise ValueError(f"{variable} is blank: unset it to disable what it guards")
+    entries = [entry.strip() for entry in raw.split(",")]
+    tokens: dict[str, str] = {}
+    for entry in entries:
+        name, sep, token = entry.partition(":")
+        if not sep:
+            if len(entries) > 1:
+                raise ValueError(f"{variable}: with several tokens each must be name:token")
+            name, token = "admin", entry
+        if not _TOKEN_NAME.match(name):
+            raise ValueError(f"{variable}: token name {name!r} must be 1-64 letters, digits, _ . @ -")
+        check_token(f"{variable} ({name})", SecretStr(token))
+        if token in tokens:
+            raise ValueError(f"{variable}: two names share one token")
+        if name in tokens.values():
+            raise ValueError(f"{variable}: the name {name!r} is used twice")
+        tokens[token] = name
+    return tokens
+
+
+def _env_name(settings_cls: type[BaseSettings], name: str) -> str:
+    field = settings_cls.model_fields[name]
+    alias = field.validation_alias
+    if isinstance(alias, AliasChoices):
+        return str(alias.choices[0]).upper()  # the canonical name; later choices are deprecated spellings
+    if isinstance(alias, str):
+        return alias.upper()
+    return f"{settings_cls.model_config.get('env_prefix', '')}{name}".upper()
+
+
 def env_names(settings_cls: type[BaseSettings]) -> set[str]:
-    """The environment variable names a settings class reads (for drift checks and docs)."""
-    prefix = str(settings_cls.model_config.get("env_prefix", ""))
+    """The environment variable names a settings class reads (canonical names; for drift checks and docs)."""
+    return {_env_name(settings_cls, name) for name in settings_cls.model_fields}
+
+
+def _is_secret(field: Any) -> bool:
+    return "SecretStr" in str(field.annotation)
+
+
+def secret_env_names(settings_cls: type[BaseSettings]) -> set[str]:
+    """Every variable name (deprecated spellings included) that carries a secret."""
     names: set[str] = set()
     for name, field in settings_cls.model_fields.items():
+        if not _is_secret(field):
+            continue
         alias = field.validation_alias
         if isinstance(alias, AliasChoices):
             names.update(str(choice).upper() for choice in alias.choices)
-        elif isinstance(alias, str):
-            names.add(alias.upper())
         else:
-            names.add(f"{prefix}{name}".upper())
+            names.add(_env_name(settings_cls, name))
     return names
+
+
+def redacted_settings(settings: BaseSettings) -> str:
+    """The settings as JSON (by variable name) with every secret masked and the store URL's
+    credentials removed: what the ``settings`` commands print."""
+    out: dict[str, Any] = {}
+    cls = type(settings)
+    for name, field in sorted(cls.model_fields.items(), key=lambda item: _env_name(cls, item[0])):
+        value = getattr(settings, name)
+        if _is_secret(field):
+            shown: Any = None if not value else MASK
+        elif name == "store_url":
+            shown = strip_url_credentials(str(value))
+        else:
+            shown = value
+        out[_env_name(cls, name)] = shown
+    return json.dumps(out, indent=2, default=str)
 
 
 def settings_help(settings_cls: type[BaseSettings]) -> str:
     """A plain-text table of a settings class's environment variables, for ``--help``."""
-    prefix = str(settings_cls.model_config.get("env_prefix", ""))
     lines = ["Settings (environment variables):", ""]
     for name, field in sorted(settings_cls.model_fields.items()):
-        alias = field.validation_alias
-        env = str(alias.choices[0]) if isinstance(alias, AliasChoices) else f"{prefix}{name}".upper()
+        env = _env_name(settings_cls, name)
         default = "(per process)" if field.default_factory is not None else repr(field.default)
         lines.append(f"  {env:<32} {field.description or ''} [default: {default}]")
     return "\n".join(lines)

@@ -4,12 +4,18 @@ The lifespan opens the store and starts an APScheduler job that runs
 TryUpdateGlobalTime every ``tick``; ``GET /now`` runs it on demand too, with
 concurrent requests coalesced (:mod:`timesvc.coalesce`). Both go through the
 same coalescer, so a tick and a burst of requests never cost more than one
-store round trip at a time.
+store round trip at a time, and trips are rate-limited to one per
+``TIMESVC_MIN_TRIP_INTERVAL`` on average, so a flood of requests cannot become store load.
+
+Error bodies and ``/readyz`` reasons name the kind of failure, never the store's host,
+port or file path (those go to the log). ``/status`` needs ``TIMESVC_READ_TOKEN`` when
+it is set.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -20,12 +26,12 @@ from functools import partial
 from typing import Annotated
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from fastapi import Depends, FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, Field
 
-from lockclient.errors import ChronolockError, StoreError, StoreUnavailable
+from lockclient.errors import ChronolockError, StoreAccessDenied, StoreError
 from lockclient.globaltime import (
     GlobalTimeNotCurrent,
     GlobalTimeNotEstablished,
@@ -35,6 +41,8 @@ from lockclient.globaltime import (
 )
 from lockclient.logs import get_logger
 from lockclient.store import CellStore
+from lockclient.store.opener import StoreOpener, public_error
+from lockclient.store.url import parse_store_url
 from timesvc.coalesce import Coalescer
 from timesvc.settings import TimesvcSettings
 
@@ -55,7 +63,7 @@ class ReadyResponse(BaseModel):
 
 class StatusResponse(BaseModel):
     replica: str
-    store: str
+    store: str = Field(description="kind of store (sqlite, or the Cassandra keyspace); never hosts or paths")
     ready: bool
     runaway: bool = Field(description="the local wall clock is ahead of global time by more than max_skew")
     in_sync: bool = Field(
@@ -111,7 +119,7 @@ class _TickState:
     at: datetime | None = None
     ok: bool | None = None
     ok_monotonic: float | None = None
-    error: str | None = None
+    error: ChronolockError | None = None
     ticks: int = 0
     failed: int = 0
     rejected: int = 0
@@ -133,13 +141,17 @@ class TimeService:
         self.metrics = Metrics()
         self._store = store
         self._owns_store = store is None
+        self._opener = StoreOpener(settings.open_store)
+        parsed = parse_store_url(settings.store_url)
+        # What /status shows: the kind of store (and keyspace), not its hosts or file path.
+        self._store_kind = f"cassandra keyspace {parsed.path}" if parsed.scheme == "cassandra" else parsed.scheme
         self._wall_us = wall_us
         self._monotonic_ns = monotonic_ns
         self._updater: GlobalTimeUpdater | None = None
         self._state = _TickState()
         self._report_due = False
         self._open_lock = asyncio.Lock()
-        self.coalescer: Coalescer[UpdateResult] = Coalescer(self._round_trip)
+        self.coalescer: Coalescer[UpdateResult] = Coalescer(self._round_trip, min_interval=settings.min_trip_interval)
 
     # -- store and updater -------------------------------------------------------------
 
@@ -150,7 +162,8 @@ class TimeService:
             if self._updater is None:
                 store = self._store
                 if store is None:
-                    store = self._store = await asyncio.to_thread(self.settings.open_store)
+                    # Backs off after failures: a wrong password must not mean a login per tick.
+                    store = self._store = await asyncio.to_thread(self._opener.open)
                     log.info("store_opened", store=store.url)
                 self._updater = GlobalTimeUpdater(
                     store,
@@ -208,7 +221,7 @@ class TimeService:
         try:
             result = await self.coalescer()
         except ChronolockError as exc:
-            state.ok, state.error = False, str(exc)
+            state.ok, state.error = False, exc
             state.failed += 1
             self.metrics.ticks.labels("error").inc()
             log.warning("tick_failed", error=str(exc), error_type=type(exc).__name__)
@@ -231,10 +244,13 @@ class TimeService:
         if state.ok is None:
             reasons.append("no tick has completed yet")
         elif not state.ok:
-            reasons.append(f"store unavailable: {state.error}")
+            reasons.append(public_error(state.error) if state.error is not None else "store failed")
         elif state.ok_monotonic is not None and time.monotonic() - state.ok_monotonic > 3 * self.settings.tick + 5:
             reasons.append("no successful tick recently")
-        if self._updater is not None and self._updater.runaway:
+        # The runaway verdict is only meaningful while ticks succeed: a replica that cannot
+        # write sees global time stand still and its own clock "ahead" of it (a full disk was
+        # reported as "local clock runaway" too). Then the store is the reason, not the clock.
+        if state.ok and self._updater is not None and self._updater.runaway:
             reasons.append(f"local clock runaway: more than {self.settings.max_skew}s ahead of observed global time")
         return (not reasons, reasons)
 
@@ -244,7 +260,7 @@ class TimeService:
         ready, _ = self.readiness()
         return StatusResponse(
             replica=self.settings.replica_id,
-            store=self._store.url if self._store is not None else self.settings.store_url.split("@")[-1],
+            store=self._store_kind,
             ready=ready,
             runaway=bool(last and last.runaway),
             in_sync=bool(last and last.current),
@@ -253,7 +269,7 @@ class TimeService:
             last_publisher=self._updater.last_publisher if self._updater else "",
             last_tick_at=state.at,
             last_tick_ok=state.ok,
-            last_error=state.error,
+            last_error=public_error(state.error) if state.error is not None else None,
             ticks=state.ticks,
             failed_ticks=state.failed,
             rejected_ticks=state.rejected,
@@ -319,11 +335,12 @@ def create_app(
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, exc: StoreError) -> JSONResponse:
-        kind = "unavailable" if isinstance(exc, StoreUnavailable) else "failed"
+        # The full error (hosts, ports, file paths) goes to the log, a kind of failure to the client.
+        log.warning("request_store_error", path=request.url.path, error=str(exc), error_type=type(exc).__name__)
         return JSONResponse(
             status_code=503,
-            content={"detail": f"global time unavailable: the store {kind}: {exc}"},
-            headers={"Cache-Control": "no-store", "Retry-After": "1"},
+            content={"detail": f"global time unavailable: {public_error(exc)}"},
+            headers={"Cache-Control": "no-store", "Retry-After": "30" if isinstance(exc, StoreAccessDenied) else "1"},
         )
 
     @app.exception_handler(GlobalTimeNotEstablished)
@@ -333,6 +350,15 @@ def create_app(
             content={"detail": str(exc)},
             headers={"Cache-Control": "no-store", "Retry-After": "1"},
         )
+
+    read_token = settings.read_token.get_secret_value().encode() if settings.read_token else None
+
+    def require_reader(authorization: str | None) -> None:
+        if read_token is None:
+            return
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), read_token):
+            raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
 
     # /now is the hot path: the body is two fields, encoded by hand instead of validating and
     # serializing a model per request (NowResponse still documents it in the OpenAPI schema).
@@ -365,8 +391,17 @@ def create_app(
         response.status_code = 200 if ready else 503
         return ReadyResponse(ready=ready, reasons=reasons)
 
-    @app.get("/status", response_model=StatusResponse, summary="Clock offset, last tick, rejected ticks")
-    async def status(service: ServiceDep) -> StatusResponse:
+    @app.get(
+        "/status",
+        response_model=StatusResponse,
+        summary="Clock offset, last tick, rejected ticks (TIMESVC_READ_TOKEN, if set)",
+        responses={401: {"description": "a bearer token is required"}},
+    )
+    async def status(
+        service: ServiceDep,
+        authorization: Annotated[str | None, Header(description="Bearer <token>")] = None,
+    ) -> StatusResponse:
+        require_reader(authorization)
         return service.status()
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response)

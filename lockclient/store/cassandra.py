@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import queue
 import re
+import ssl
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -62,7 +63,8 @@ from cassandra.policies import (
 from cassandra.protocol import ErrorMessage
 from cassandra.query import BatchStatement, BatchType, SimpleStatement, tuple_factory
 
-from lockclient.errors import ConfigurationError, StoreError, StoreUnavailable
+from lockclient.errors import ConfigurationError, StoreAccessDenied, StoreError, StoreUnavailable
+from lockclient.redact import register_secret
 from lockclient.store.base import (
     CasResult,
     Cell,
@@ -85,7 +87,8 @@ from lockclient.store.base import (
     resolve_by_value,
     validate_limit,
 )
-from lockclient.store.url import StoreUrl, parse_store_url
+from lockclient.store.tls import driver_tls_arguments
+from lockclient.store.url import StoreUrl, TlsOptions, parse_store_url
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -536,29 +539,32 @@ def _dialect_for(url: StoreUrl) -> _Dialect:
 
 
 def connect_cluster(
-    url: StoreUrl | str, *, username: str | None = None, password: str | None = None
+    url: StoreUrl | str,
+    *,
+    username: str | None = None,
+    password: str | None = None,
+    tls: TlsOptions | None = None,
 ) -> tuple[Any, Any, _Dialect]:
     """Connect to the cluster a store URL names. Returns ``(cluster, session, dialect)``.
 
     The session is not bound to the keyspace (statements name it), so this also
-    serves schema creation before the keyspace exists. Raises
-    :class:`StoreUnavailable` when no contact point answers within the timeout.
+    serves schema creation before the keyspace exists. ``tls`` holds the TLS settings
+    (``CHRONOLOCK_CASSANDRA_SSL*``); the URL's ``ssl*`` options override them. Raises
+    :class:`StoreUnavailable` when no contact point answers within the timeout, and
+    :class:`StoreAccessDenied` when the credentials are rejected or a node's certificate
+    does not verify (retrying would not help).
     """
     parsed = url if isinstance(url, StoreUrl) else parse_store_url(url)
     if parsed.scheme != "cassandra":
         raise ConfigurationError(f"not a Cassandra store URL: {parsed.redacted()}")
     dialect = _dialect_for(parsed)
     timeout = parsed.float_option("timeout", DEFAULT_TIMEOUT)
-    if timeout <= 0:
-        raise ConfigurationError("store URL option timeout must be positive")
     dc = parsed.options.get("dc") or None
     scope = parsed.options.get("lock_scope", "cluster")
-    if scope not in ("cluster", "datacenter"):
-        raise ConfigurationError(f"store URL option lock_scope={scope!r} must be 'cluster' or 'datacenter'")
-    if scope == "datacenter" and not dc:
-        raise ConfigurationError("lock_scope=datacenter needs dc=<local datacenter> in the store URL")
     user = parsed.username if parsed.username is not None else username
     secret = parsed.password if parsed.username is not None else password
+    register_secret(secret)
+    tls_arguments = driver_tls_arguments(parsed.tls(tls))
     try:
         cluster = Cluster(
             contact_points=list(parsed.hosts),
@@ -568,6 +574,7 @@ def connect_cluster(
             control_connection_timeout=parsed.float_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
             idle_heartbeat_interval=parsed.float_option("heartbeat", DEFAULT_HEARTBEAT),
             idle_heartbeat_timeout=min(timeout, parsed.float_option("heartbeat_timeout", 1.0)),
+            **tls_arguments,
             **dialect.cluster_options(user, secret),
         )
     except Exception as exc:
@@ -576,17 +583,45 @@ def connect_cluster(
         session = cluster.connect()
     except Exception as exc:
         cluster.shutdown()
-        error = translate_error(exc, "connect")
-        if isinstance(exc, NoHostAvailable):
-            causes = list((getattr(exc, "errors", None) or {}).values())
-            if causes and all(isinstance(c, AuthenticationFailed) for c in causes):
-                # Not transient: retrying will not help, so not "unavailable".
-                error = StoreError(f"Cassandra at {parsed.redacted()} rejected the credentials: {exc}")
-            else:
-                error = StoreUnavailable(f"cannot reach Cassandra at {parsed.redacted()}: {exc}")
-        raise error from exc
+        raise _connect_error(exc, parsed) from exc
     dialect.attach(session)
     return cluster, session, dialect
+
+
+def _tls_refused(exc: BaseException) -> bool:
+    """Whether a connection error is (or was caused by) a failed TLS verification or handshake.
+
+    The driver re-raises an ``ssl.SSLError`` as a plain ``OSError`` whose message keeps the
+    reason ("Tried connecting to [...]. Last error: [SSL: CERTIFICATE_VERIFY_FAILED] ..."),
+    so both the chain and the text are looked at."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError):
+            return True
+        text = str(seen)
+        if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text or "[SSL" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _connect_error(exc: BaseException, url: StoreUrl) -> StoreError:
+    error = translate_error(exc, "connect")
+    if isinstance(exc, NoHostAvailable):
+        causes = list((getattr(exc, "errors", None) or {}).values())
+        if causes and all(isinstance(c, AuthenticationFailed) for c in causes):
+            # Not transient: retrying will not help (and every attempt is a failed login
+            # in the cluster's audit log), so not "unavailable".
+            return StoreAccessDenied(f"Cassandra at {url.redacted()} rejected the credentials: {exc}")
+        if causes and all(isinstance(c, BaseException) and _tls_refused(c) for c in causes):
+            return StoreAccessDenied(
+                f"TLS to Cassandra at {url.redacted()} failed: a node's certificate did not verify against "
+                f"ssl_ca / ssl_hostname, or the node does not speak TLS: {exc}"
+            )
+        return StoreUnavailable(f"cannot reach Cassandra at {url.redacted()}: {exc}")
+    return error
 
 
 # -- the store ----------------------------------------------------------------------------------
@@ -601,20 +636,36 @@ class CassandraStore(CellStore):
     _CONCURRENCY: ClassVar[int] = 16
     """Threads for :meth:`run_concurrently` (calls block on the driver, which is thread-safe)."""
 
-    def __init__(self, url: StoreUrl, *, username: str | None = None, password: str | None = None) -> None:
+    def __init__(
+        self,
+        url: StoreUrl,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        tls: TlsOptions | None = None,
+    ) -> None:
         self._redacted = url.redacted()
         self._timeout = url.float_option("timeout", DEFAULT_TIMEOUT)
         # How long an unknown compare-and-set outcome may be chased (re-reads and retries).
         self._resolve_for = url.float_option("resolve_timeout", 2 * self._timeout)
-        self._cluster, self._session, self._dialect = connect_cluster(url, username=username, password=password)
+        self._cluster, self._session, self._dialect = connect_cluster(
+            url, username=username, password=password, tls=tls
+        )
         self.supports_compare_and_set = self._dialect.supports_lwt
         self._closed = False
         self._close_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
     @classmethod
-    def from_url(cls, url: StoreUrl, *, username: str | None = None, password: str | None = None) -> CassandraStore:
-        return cls(url, username=username, password=password)
+    def from_url(
+        cls,
+        url: StoreUrl,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        tls: TlsOptions | None = None,
+    ) -> CassandraStore:
+        return cls(url, username=username, password=password, tls=tls)
 
     @property
     def url(self) -> str:

@@ -44,6 +44,15 @@ Why the table options are what they are:
   Paxos ballots, so a plain write could be reordered with (or silently lost
   against) a conditional one. The adapter only ever writes them through
   conditional batches.
+
+**Roles (least privilege).** The lock client, timesvc and leasewatch need only ``SELECT``
+and ``MODIFY`` on the keyspace (a lightweight transaction needs both). Creating the
+keyspace and tables is the schema command's job, run under its own role:
+:func:`role_statements` (``lockctl roles``, run once with an administrator's login) creates
+a *schema role* with ``CREATE ON ALL KEYSPACES`` (it then owns the keyspace it creates)
+and a *client role* with no permissions; ``create_schema(grant_to=...)`` (``lockctl
+schema --grant-to ROLE``) grants the client role ``SELECT`` and ``MODIFY`` on the keyspace.
+Nobody needs a superuser login after that.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ from typing import Any, Final
 
 from lockclient.errors import ConfigurationError, StoreError
 from lockclient.store.base import Table, VersionedTable
-from lockclient.store.url import StoreUrl, parse_store_url
+from lockclient.store.url import StoreUrl, TlsOptions, parse_store_url
 
 __all__ = [
     "DEFAULT_GC_GRACE_SECONDS",
@@ -61,8 +70,11 @@ __all__ = [
     "MIN_GC_GRACE_SECONDS",
     "SCHEMA_VERSION",
     "TABLES",
+    "create_roles",
     "create_schema",
+    "grant_statements",
     "replication_map",
+    "role_statements",
     "schema_statements",
 ]
 
@@ -81,6 +93,9 @@ DEFAULT_GC_GRACE_SECONDS: Final = 864000
 _DDL_TIMEOUT: Final = 60.0
 _NAME_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 _STRATEGIES: Final = ("SimpleStrategy", "NetworkTopologyStrategy")
+_ROLE_RE: Final = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+CLIENT_PERMISSIONS: Final = ("SELECT", "MODIFY")
+"""Everything a lock client, timesvc or leasewatch needs on the keyspace (LWT needs both)."""
 
 _PURPOSE: Final[dict[str, str]] = {
     Table.GLOBAL_TIME.value: "global clock row",
@@ -145,6 +160,97 @@ def schema_statements(
     return statements
 
 
+def _role(name: str) -> str:
+    if not _ROLE_RE.match(name):
+        raise ConfigurationError(f"role name {name!r} must be lower-case letters, digits and underscores")
+    return name
+
+
+def _cql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def grant_statements(keyspace: str, roles: tuple[str, ...]) -> list[str]:
+    """``GRANT SELECT`` and ``GRANT MODIFY`` on the keyspace to each client role — nothing else."""
+    if not _NAME_RE.match(keyspace):
+        raise ConfigurationError(f"Cassandra keyspace {keyspace!r} must be letters, digits and underscores")
+    return [f"GRANT {p} ON KEYSPACE {keyspace} TO {_role(r)}" for r in roles for p in CLIENT_PERMISSIONS]
+
+
+def role_statements(*, schema_role: str, schema_password: str, client_role: str, client_password: str) -> list[str]:
+    """Create (or update the password of) the schema role and the client role.
+
+    The schema role gets ``CREATE ON ALL KEYSPACES`` only: the keyspace it creates is then
+    its own (Cassandra grants a creator every permission on what it created), so it can
+    create the tables and grant the client role. The client role gets no permission here;
+    ``lockctl schema --grant-to`` grants it SELECT and MODIFY on the keyspace alone.
+    Neither is a superuser."""
+    statements: list[str] = []
+    for role, password in ((schema_role, schema_password), (client_role, client_password)):
+        if len(password) < 16:
+            raise ConfigurationError(f"the password of role {role!r} must have at least 16 characters")
+        name = _role(role)
+        statements += [
+            f"CREATE ROLE IF NOT EXISTS {name} WITH LOGIN = true AND SUPERUSER = false AND PASSWORD = "
+            + _cql_string(password),
+            f"ALTER ROLE {name} WITH LOGIN = true AND SUPERUSER = false AND PASSWORD = " + _cql_string(password),
+        ]
+    if schema_role == client_role:
+        raise ConfigurationError("the schema role and the client role must differ")
+    statements.append(f"GRANT CREATE ON ALL KEYSPACES TO {_role(schema_role)}")
+    return statements
+
+
+def create_roles(
+    store_url: str | StoreUrl,
+    *,
+    schema_role: str,
+    schema_password: str,
+    client_role: str,
+    client_password: str,
+    username: str | None = None,
+    password: str | None = None,
+    tls: TlsOptions | None = None,
+) -> list[str]:
+    """Run :func:`role_statements` with an administrator's login (``username``). If the
+    keyspace already exists (made before roles were introduced), the schema role is also
+    given every permission on it, so that it can manage and grant it. Returns the statements
+    run, passwords masked."""
+    from lockclient.redact import register_secret
+    from lockclient.store.cassandra import connect_cluster, translate_error
+
+    register_secret(schema_password)
+    register_secret(client_password)
+    url = store_url if isinstance(store_url, StoreUrl) else parse_store_url(store_url)
+    statements = role_statements(
+        schema_role=schema_role,
+        schema_password=schema_password,
+        client_role=client_role,
+        client_password=client_password,
+    )
+    cluster, session, dialect = connect_cluster(url, username=username, password=password, tls=tls)
+    if not dialect.ddl_if_not_exists:
+        cluster.shutdown()
+        raise ConfigurationError("roles need Cassandra 2.2 or later")
+    ran: list[str] = []
+    try:
+        exists = session.execute(
+            "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s", (url.path,)
+        ).one()
+        if exists is not None:
+            statements.append(f"GRANT ALL PERMISSIONS ON KEYSPACE {url.path} TO {_role(schema_role)}")
+        for statement in statements:
+            session.execute(statement, timeout=_DDL_TIMEOUT)
+            ran.append(re.sub(r"PASSWORD = '(?:[^']|'')*'", "PASSWORD = '***'", statement))
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise translate_error(exc, "create_roles") from exc
+    finally:
+        cluster.shutdown()
+    return ran
+
+
 def create_schema(
     store_url: str | StoreUrl,
     *,
@@ -154,6 +260,8 @@ def create_schema(
     username: str | None = None,
     password: str | None = None,
     gc_grace_seconds: int = DEFAULT_GC_GRACE_SECONDS,
+    tls: TlsOptions | None = None,
+    grant_to: tuple[str, ...] = (),
 ) -> list[str]:
     """Create the keyspace the URL names and every table, if missing. Returns the statements run.
 
@@ -161,7 +269,8 @@ def create_schema(
     path (``?protocol_version=1``) an "already exists" answer is accepted instead.
     An existing keyspace keeps its replication settings (changing them is an
     ``ALTER KEYSPACE`` plus a repair — an operator's decision, not a side effect).
-    ``datacenter`` defaults to the URL's ``dc`` option.
+    ``datacenter`` defaults to the URL's ``dc`` option. ``grant_to`` names client roles
+    that get SELECT and MODIFY on the keyspace (:func:`grant_statements`).
     """
     from cassandra import AlreadyExists
 
@@ -176,9 +285,11 @@ def create_schema(
     # Validate everything (gc_grace_seconds included) before touching the network, so a bad
     # value is a configuration error even when the cluster is unreachable.
     schema_statements(url.path, replication, if_not_exists=True, gc_grace_seconds=gc_grace_seconds)
-    cluster, session, dialect = connect_cluster(url, username=username, password=password)
+    grants = grant_statements(url.path, grant_to)
+    cluster, session, dialect = connect_cluster(url, username=username, password=password, tls=tls)
     legacy = not dialect.ddl_if_not_exists
     statements = schema_statements(url.path, replication, if_not_exists=not legacy, gc_grace_seconds=gc_grace_seconds)
+    statements += grants
     ran: list[str] = []
     try:
         for statement in statements:

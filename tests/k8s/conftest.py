@@ -32,10 +32,18 @@ OLDEST_KUBERNETES = "1.28.0"
 # operator or External Secrets, k8s/README.md), with the keys the pods read.
 # The dev overlay generates them; rendered Secrets are checked directly.
 EXTERNAL_SECRETS: dict[str, dict[str, frozenset[str]]] = {
-    "dev": {},
+    # dev turns TLS off, so its (optional) certificate Secrets need not exist.
+    "dev": {
+        "cassandra-tls": frozenset({"tls.crt", "tls.key", "ca.crt"}),
+        "chronolock-cassandra-client-tls": frozenset({"tls.crt", "tls.key", "ca.crt"}),
+    },
     "prod": {
         "cassandra-credentials": frozenset({"username", "password"}),
-        "leasewatch-admin": frozenset({"token"}),
+        "cassandra-schema-credentials": frozenset({"username", "password"}),
+        "leasewatch-admin": frozenset({"tokens"}),
+        "chronolock-read-token": frozenset({"token"}),
+        "cassandra-tls": frozenset({"tls.crt", "tls.key", "ca.crt"}),
+        "chronolock-cassandra-client-tls": frozenset({"tls.crt", "tls.key", "ca.crt"}),
     },
 }
 

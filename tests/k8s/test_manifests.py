@@ -300,6 +300,20 @@ def test_configmap_and_secret_references_exist(rendered: Rendered) -> None:
                     assert not key.get("optional"), f"{env['name']}: a missing Secret must stop the pod"
 
 
+def test_secret_volumes_reference_known_secrets_and_keys(rendered: Rendered) -> None:
+    for workload in rendered.workloads():
+        for volume in pod_template(workload)["spec"].get("volumes", []):
+            secret = volume.get("secret")
+            if secret is None:
+                continue
+            keys = _secret_keys(rendered, secret["secretName"])
+            for item in secret.get("items", []):
+                assert item["key"] in keys, f"{workload['metadata']['name']}: {secret['secretName']}/{item['key']}"
+            if secret.get("optional"):
+                # Only the TLS material may be optional (dev turns TLS off); credentials never.
+                assert secret["secretName"] in ("cassandra-tls", "chronolock-cassandra-client-tls"), secret
+
+
 def test_external_secrets_are_documented() -> None:
     readme = (K8S / "README.md").read_text(encoding="utf-8")
     for secrets in EXTERNAL_SECRETS.values():
@@ -454,7 +468,8 @@ def test_prod_replicas_and_spread(rendered_all: dict[str, Rendered], service: st
 
 
 def _job(rendered: Rendered) -> dict[str, Any]:
-    jobs = rendered.of_kind("Job")
+    """The schema Job (dev also has a roles Job)."""
+    jobs = [j for j in rendered.of_kind("Job") if pod_labels(j).get("app.kubernetes.io/name") == "chronolock-schema"]
     assert len(jobs) == 1, f"{rendered.overlay}: one schema Job expected"
     return jobs[0]
 

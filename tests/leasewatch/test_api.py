@@ -20,7 +20,7 @@ from tests.support.procs import Fleet
 
 pytestmark = pytest.mark.slow
 
-TOKEN = "test-admin-token"
+TOKEN = "test-admin-token-0123456789abcdef0123"  # at least 32 characters (issue 16)
 
 
 def test_lock_introspection_and_wait(processes: Fleet, sqlite_url: str) -> None:
@@ -81,6 +81,7 @@ def test_revoke_requires_a_bearer_token(processes: Fleet, sqlite_url: str) -> No
         assert lock.release() is False
         events = httpx.get(f"{guarded.url}/revocations", timeout=5).json()
         assert events[0]["owner"] == lock.owner and events[0]["reason"] == "revoked by an operator"
+        assert events[0]["caller"] == "admin"  # a bare token is named "admin"
 
 
 def test_bad_http_input_gets_a_clear_4xx(processes: Fleet, sqlite_url: str) -> None:

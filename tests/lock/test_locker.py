@@ -8,6 +8,7 @@ import math
 import sqlite3
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -336,7 +337,13 @@ def test_tickets_order_by_time_then_owner(t1: int, t2: int, a: str, b: str) -> N
 @settings(max_examples=300)
 def test_lock_id_validation_accepts_exactly_printable_text(lock_id: str) -> None:
     has_control = any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 or 0xD800 <= ord(c) <= 0xDFFF for c in lock_id)
-    if has_control:
+    # Look-alikes are refused too (issue 16): non-NFC text, format/separator characters, spaces
+    # other than U+0020, unassigned code points.
+    look_alike = not unicodedata.is_normalized("NFC", lock_id) or any(
+        unicodedata.category(c) in ("Cf", "Zl", "Zp", "Cn") or (unicodedata.category(c) == "Zs" and c != " ")
+        for c in lock_id
+    )
+    if has_control or look_alike:
         with pytest.raises(InvalidLockId):
             validate_lock_id(lock_id)
     else:

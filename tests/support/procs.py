@@ -137,6 +137,7 @@ class Fleet:
         max_skew: float = 1.0,
         replicas: int = 1,
         wait: bool = True,
+        env: dict[str, str] | None = None,
     ) -> ServiceProcess:
         port = free_port()
         name = name or f"timesvc-{len(self.processes)}"
@@ -150,6 +151,7 @@ class Fleet:
                 "TIMESVC_REPLICAS": str(replicas),
                 "TIMESVC_REPLICA_ID": name,
                 "TIMESVC_SHUTDOWN_GRACE": "1",
+                **(env or {}),
             },
             skew=skew,
         )
@@ -169,6 +171,7 @@ class Fleet:
         orphan_after: float = 3.0,
         admin_token: str | None = None,
         wait: bool = True,
+        env: dict[str, str] | None = None,
     ) -> ServiceProcess:
         port = free_port()
         name = name or f"leasewatch-{len(self.processes)}"
@@ -183,7 +186,8 @@ class Fleet:
             "LEASEWATCH_SHUTDOWN_GRACE": "1",
         }
         if admin_token is not None:
-            extra["LEASEWATCH_ADMIN_TOKEN"] = admin_token
+            extra["LEASEWATCH_ADMIN_TOKENS"] = admin_token
+        extra.update(env or {})
         proc = ServiceProcess(
             name, [str(BIN / "leasewatch"), "serve"], service_env(extra), port, self.workdir / f"{name}.log"
         )
