@@ -168,6 +168,10 @@ def test_a_dead_waiter_is_revoked_for_good_and_a_slow_one_queues_again(store: Ce
     wait_until(lambda: len(locker.status("W").queue) == 2, "the waiter to queue")
     waiter_cell = locker.status("W").queue[1]
     keeper = locker._services.keeper
+    # The cell is written before the keeper starts renewing it: wait for that too.
+    wait_until(
+        lambda: any(lease.ticket == waiter_cell.ticket for lease in list(keeper._waiters)), "the waiter's renewals"
+    )
     waiter_lease = next(lease for lease in list(keeper._waiters) if lease.ticket == waiter_cell.ticket)
     keeper.remove(waiter_lease)  # the waiter stops renewing (as if paused)
     w = watcher(store, clock)

@@ -58,8 +58,12 @@ def test_a_stuck_renewal_of_one_lock_delays_neither_another_lease_nor_its_own_lo
         y_before = version(store, "Y")
         deadline = x.valid_until
         # While X's call hangs, Y is renewed on time, again and again.
-        while time.monotonic() < deadline - 0.05:
-            assert x.held, "X is valid until its own deadline"
+        while True:
+            held = x.held
+            read_by = time.monotonic()  # `held` was read before this moment
+            if read_by >= deadline:
+                break
+            assert held, "X is valid until its own deadline"
             threading.Event().wait(0.05)
         # X's deadline passed with its renewal still stuck: it is lost *now*, whoever asks.
         while time.monotonic() < deadline:
@@ -72,7 +76,9 @@ def test_a_stuck_renewal_of_one_lock_delays_neither_another_lease_nor_its_own_lo
             if lost_at:
                 break
             threading.Event().wait(0.01)
-        assert lost_at and lost_at[0] - deadline < 0.5, "X's loss signal came late"
+        # On time, not early; the slack only covers scheduling on a busy machine (the promise
+        # itself — held is False from the deadline on — is asserted exactly above).
+        assert lost_at and -0.01 <= lost_at[0] - deadline < 2.0, "X's loss signal came early or late"
         release_stall.set()
         assert x.release() is False
         assert y.release() is True
