@@ -15,7 +15,16 @@
 from __future__ import annotations
 
 from lockclient.errors import ConfigurationError
-from lockclient.store.base import VERSIONED_TABLE, CasResult, Cell, CellStore, Table, VersionedTable, concurrently
+from lockclient.store.base import (
+    VERSIONED_TABLE,
+    CasResult,
+    Cell,
+    CellStore,
+    CheckpointResult,
+    Table,
+    VersionedTable,
+    concurrently,
+)
 from lockclient.store.url import StoreUrl, parse_store_url
 
 __all__ = [
@@ -23,6 +32,7 @@ __all__ = [
     "CasResult",
     "Cell",
     "CellStore",
+    "CheckpointResult",
     "StoreUrl",
     "Table",
     "VersionedTable",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -44,6 +44,7 @@ __all__ = [
     "CasResult",
     "Cell",
     "CellStore",
+    "CheckpointResult",
     "CompareAndSet",
     "Delete",
     "Get",
@@ -92,6 +93,10 @@ class VersionedTable(enum.StrEnum):
     """Row per fenced resource (:class:`~lockclient.fencing.FencedResource`): the highest
     accepted token and the resource's keys. A table of its own, so no lock id can ever
     share a row with a resource."""
+    PARTITION = "leasewatch_partition"
+    """leasewatch replicas sharing the lock-id space (:mod:`leasewatch.partitions`): row
+    ``members`` (one cell per running replica, its heartbeat) and one row per partition
+    (``~owner``: the replica watching it, renewed like a holder's lease)."""
 
 
 VERSIONED_TABLE = VersionedTable.LEASE.value
@@ -106,6 +111,21 @@ class Cell:
     value: str
     timestamp: int
     """Write timestamp in microseconds (Cassandra's ``WRITETIME``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointResult:
+    """What :meth:`CellStore.checkpoint` did (SQLite: ``PRAGMA wal_checkpoint(TRUNCATE)``)."""
+
+    busy: bool
+    """The checkpoint could not finish: another connection was writing or still reading old pages."""
+    wal_frames: int
+    """Frames in the write-ahead log when it ran."""
+    checkpointed_frames: int
+    """Frames copied into the database file."""
+    wal_bytes_before: int
+    wal_bytes_after: int
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +204,39 @@ class CellStore(ABC):
     ) -> list[Cell]:
         """Live cells of ``row`` with ``start <= column`` (and ``column <= end`` if given) in
         column order — descending with ``reverse`` (from ``end`` down) — at most ``limit``."""
+
+    # -- many rows at once ------------------------------------------------------------
+
+    def read_rows_many(
+        self, table: Table, rows: Iterable[str], starts: Mapping[str, str] | None = None
+    ) -> dict[str, list[Cell]]:
+        """Live cells of many rows at once, each row from its own ``starts[row]`` (default: the
+        row's beginning), in column order. Rows without live cells are left out of the answer.
+
+        For scans over many rows (leasewatch): one query per chunk of rows on SQLite (or one pass
+        over the table when most of it is asked for), overlapped requests on Cassandra. Each
+        row is read as :meth:`read_row` would read it; the rows are not one snapshot."""
+        bounds = starts or {}
+        out: dict[str, list[Cell]] = {}
+        for row in dict.fromkeys(rows):
+            cells = self.read_row(table, row, start=bounds.get(row, ""))
+            if cells:
+                out[row] = cells
+        return out
+
+    def read_versioned_many(
+        self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
+    ) -> dict[str, dict[str, str]]:
+        """:meth:`read_versioned` of many rows at once; rows without cells are left out.
+
+        Plain (``serial=False``, the default) reads are hints, as for :meth:`read_versioned`:
+        whatever is decided from them is re-checked by a compare-and-set."""
+        out: dict[str, dict[str, str]] = {}
+        for row in dict.fromkeys(rows):
+            cells = self.read_versioned(row, table=table, serial=serial)
+            if cells:
+                out[row] = cells
+        return out
 
     # -- the versioned (compare-and-set) tables -------------------------------
 
@@ -291,6 +344,16 @@ class CellStore(ABC):
         so its adapter returns 0.
         """
         return 0
+
+    def checkpoint(self) -> CheckpointResult | None:
+        """Fold the store's journal back into its files and bound its size (SQLite's
+        write-ahead log). ``None`` where the store has no such journal (Cassandra)."""
+        return None
+
+    def storage_bytes(self) -> dict[str, int]:
+        """Bytes on disk by file (SQLite: ``database``, ``wal``, ``shm``); empty where the store
+        is remote."""
+        return {}
 
     @abstractmethod
     def close(self) -> None:

@@ -42,7 +42,7 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeVar
@@ -598,6 +598,10 @@ class CassandraStore(CellStore):
 
     _CONCURRENCY: ClassVar[int] = 16
     """Threads for :meth:`run_concurrently` (calls block on the driver, which is thread-safe)."""
+    _MANY_IN_FLIGHT: ClassVar[int] = 128
+    """Requests in flight at once for the many-rows reads (leasewatch's scan): enough to hide the
+    round trip, and a bound, so that a scan of 100,000 lock ids never queues 100,000 requests in
+    the driver at once or starves the lock clients' requests on the same nodes."""
 
     def __init__(self, url: StoreUrl, *, username: str | None = None, password: str | None = None) -> None:
         self._redacted = url.redacted()
@@ -774,6 +778,78 @@ class CassandraStore(CellStore):
             return results
 
         return Pending(finish)
+
+    # -- many rows at once: bounded concurrency -------------------------------------------------------
+
+    def _run_many(self, plans: Sequence[_Plan]) -> list[Any]:
+        """Every plan's result, in order: at most ``_MANY_IN_FLIGHT`` requests in flight, the next
+        sent as soon as one answers (the driver's futures; no extra threads). Results are
+        finished on this thread — a result set that pages on fetches its next page here, never on
+        the driver's event loop. If any fails, the first error (in plan order) is raised after
+        every request has answered."""
+        if self._closed:
+            raise StoreError(f"the Cassandra store {self._redacted} is closed")
+        answers: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
+
+        def send(i: int) -> None:
+            plan = plans[i]
+            try:
+                future = self._session.execute_async(plan.query[0], plan.query[1], execution_profile=plan.profile)
+            except Exception as exc:
+                answers.put((i, None, exc))
+                return
+            future.add_callbacks(
+                callback=lambda result, i=i: answers.put((i, result, None)),
+                errback=lambda exc, i=i: answers.put((i, None, exc)),
+            )
+
+        results: list[Any] = [None] * len(plans)
+        failed: list[tuple[int, StoreError]] = []
+        sent = 0
+        while sent < min(len(plans), self._MANY_IN_FLIGHT):
+            send(sent)
+            sent += 1
+        answered: set[int] = set()
+        while len(answered) < len(plans):
+            i, result, failure = answers.get()
+            if i in answered:
+                # A future can answer twice: with speculative execution (idempotent reads go to a
+                # second replica after speculate_after) both responses may fire the callbacks.
+                continue
+            answered.add(i)
+            if sent < len(plans):
+                send(sent)
+                sent += 1
+            if failure is None:
+                try:
+                    results[i] = plans[i].finish(result)
+                    continue
+                except Exception as exc:
+                    failure = exc
+            failed.append((i, translate_error(failure, plans[i].what)))
+        if failed:
+            raise min(failed, key=lambda f: f[0])[1]
+        return results
+
+    def read_rows_many(
+        self, table: Table, rows: Iterable[str], starts: Mapping[str, str] | None = None
+    ) -> dict[str, list[Cell]]:
+        """One slice per row from its own start (so a queue read skips the tombstones below its
+        watermark), ``_MANY_IN_FLIGHT`` at a time, token-aware: each goes to a replica of its row."""
+        wanted = list(dict.fromkeys(rows))
+        bounds = starts or {}
+        plans = [self._plan(ReadRow(table, row, bounds.get(row, ""))) for row in wanted]
+        return {row: cells for row, cells in zip(wanted, self._run_many(plans), strict=True) if cells}
+
+    def read_versioned_many(
+        self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
+    ) -> dict[str, dict[str, str]]:
+        wanted = list(dict.fromkeys(rows))
+        if serial:
+            # Paxos rounds chase contention with retries (read_versioned): one at a time.
+            return super().read_versioned_many(wanted, table=table, serial=True)
+        plans = [self._plan(ReadVersioned(row, table, serial=False)) for row in wanted]
+        return {row: cells for row, cells in zip(wanted, self._run_many(plans), strict=True) if cells}
 
     # -- the versioned table ----------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -28,6 +28,7 @@ from lockclient.store.base import (
     CasResult,
     Cell,
     CellStore,
+    CheckpointResult,
     CompareAndSet,
     Delete,
     Get,
@@ -124,6 +125,18 @@ class CountingStore(CellStore):
         self._count("read_versioned" if serial else "read_versioned_hint", lwt=serial)
         return self.inner.read_versioned(row, table=table, serial=serial)
 
+    def read_rows_many(
+        self, table: Table, rows: Iterable[str], starts: Mapping[str, str] | None = None
+    ) -> dict[str, list[Cell]]:
+        self._count("read_rows_many")
+        return self.inner.read_rows_many(table, rows, starts)
+
+    def read_versioned_many(
+        self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
+    ) -> dict[str, dict[str, str]]:
+        self._count("read_versioned_many", lwt=serial)
+        return self.inner.read_versioned_many(rows, table=table, serial=serial)
+
     def compare_and_set(
         self,
         row: str,
@@ -185,6 +198,12 @@ class CountingStore(CellStore):
 
     def collect_garbage(self) -> int:
         return self.inner.collect_garbage()
+
+    def checkpoint(self) -> CheckpointResult | None:
+        return self.inner.checkpoint()
+
+    def storage_bytes(self) -> dict[str, int]:
+        return self.inner.storage_bytes()
 
     def close(self) -> None:
         """The wrapped store belongs to the caller."""
