@@ -330,7 +330,7 @@ class SQLiteStore(CellStore):
                 params,
             ).fetchall()
         )
-        return [Cell(col, value, ts) for col, value, ts in rows]
+        return list(map(Cell._make, rows))
 
     def read_rows_many(
         self, table: Table, rows: Iterable[str], starts: Mapping[str, str] | None = None
@@ -344,27 +344,37 @@ class SQLiteStore(CellStore):
         def run(conn: sqlite3.Connection) -> dict[str, list[Cell]]:
             out: dict[str, list[Cell]] = {}
             now = time.time()
-            if self._walk_is_cheaper(conn, "cells", cf, len(wanted)):
-                want = set(wanted)
-                found = conn.execute(
-                    f"SELECT row, col, value, ts FROM cells INDEXED BY cells_live WHERE cf = ? AND {_LIVE}", (cf, now)
-                )
-                for row, col, value, ts in found:
-                    if row in want and col >= bounds.get(row, ""):
-                        out.setdefault(row, []).append(Cell(col, value, ts))
-                return out
-            for i in range(0, len(wanted), _CHUNK):
-                chunk = wanted[i : i + _CHUNK]
-                marks = ",".join("?" * len(chunk))
-                found = conn.execute(
-                    f"SELECT row, col, value, ts FROM cells INDEXED BY cells_live "
-                    f"WHERE cf = ? AND row IN ({marks}) AND {_LIVE}",
-                    (cf, *chunk, now),
-                )
-                for row, col, value, ts in found:
-                    if col >= bounds.get(row, ""):
-                        out.setdefault(row, []).append(Cell(col, value, ts))
-            return out
+            walk = self._walk_is_cheaper(conn, "cells", cf, len(wanted))
+            want = set(wanted) if walk else None
+            queries: list[tuple[str, Sequence[object]]] = []
+            if walk:
+                sql = f"SELECT row, col, value, ts FROM cells INDEXED BY cells_live WHERE cf = ? AND {_LIVE}"
+                queries.append((sql, (cf, now)))
+            else:
+                for i in range(0, len(wanted), _CHUNK):
+                    chunk = wanted[i : i + _CHUNK]
+                    sql = (
+                        "SELECT row, col, value, ts FROM cells INDEXED BY cells_live "
+                        f"WHERE cf = ? AND row IN ({','.join('?' * len(chunk))}) AND {_LIVE}"
+                    )
+                    queries.append((sql, (cf, *chunk, now)))
+            # Rows arrive grouped, each in column order (the index is (cf, row, col)): one lookup
+            # per row, not per cell.
+            last: str | None = None
+            cells: list[Cell] = []
+            bound = ""
+            skip = False
+            for sql, params in queries:
+                for row, col, value, ts in conn.execute(sql, params):
+                    if row != last:
+                        last = row
+                        skip = want is not None and row not in want
+                        if not skip:
+                            cells = out.setdefault(row, [])
+                            bound = bounds.get(row, "")
+                    if not skip and col >= bound:
+                        cells.append(Cell(col, value, ts))
+            return {row: found for row, found in out.items() if found}
 
         # Both walks visit each row's cells in index order (cf, row, col): column order.
         return self._run(run)
@@ -410,20 +420,29 @@ class SQLiteStore(CellStore):
 
         def run(conn: sqlite3.Connection) -> dict[str, dict[str, str]]:
             out: dict[str, dict[str, str]] = {}
-            if self._walk_is_cheaper(conn, "cas", tbl, len(wanted)):
-                want = set(wanted)
-                for row, col, value in conn.execute("SELECT row, col, value FROM cas_cells WHERE tbl = ?", (tbl,)):
-                    if row in want:
-                        out.setdefault(row, {})[col] = value
-                return out
-            for i in range(0, len(wanted), _CHUNK):
-                chunk = wanted[i : i + _CHUNK]
-                marks = ",".join("?" * len(chunk))
-                found = conn.execute(
-                    f"SELECT row, col, value FROM cas_cells WHERE tbl = ? AND row IN ({marks})", (tbl, *chunk)
-                )
-                for row, col, value in found:
-                    out.setdefault(row, {})[col] = value
+            walk = self._walk_is_cheaper(conn, "cas", tbl, len(wanted))
+            want = set(wanted) if walk else None
+            queries: list[tuple[str, Sequence[object]]] = []
+            if walk:
+                queries.append(("SELECT row, col, value FROM cas_cells WHERE tbl = ?", (tbl,)))
+            else:
+                for i in range(0, len(wanted), _CHUNK):
+                    chunk = wanted[i : i + _CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    sql = f"SELECT row, col, value FROM cas_cells WHERE tbl = ? AND row IN ({marks})"
+                    queries.append((sql, (tbl, *chunk)))
+            last: str | None = None
+            cells: dict[str, str] = {}
+            skip = False
+            for sql, params in queries:
+                for row, col, value in conn.execute(sql, params):
+                    if row != last:
+                        last = row
+                        skip = want is not None and row not in want
+                        if not skip:
+                            cells = out.setdefault(row, {})
+                    if not skip:
+                        cells[col] = value
             return out
 
         return self._run(run)

@@ -9,6 +9,7 @@ import pytest
 
 from leasewatch.watcher import Watcher
 from lockclient import CellStore, RemoteLock, RemoteLocker, open_store
+from lockclient.backoff import BACKOFF_INDEX_MARK
 from lockclient.lease import HOLDER_COLUMN, WaiterRecord
 from lockclient.lockid import index_shard, make_ticket
 from lockclient.store import Table
@@ -115,8 +116,10 @@ def test_a_stalled_read_is_stamped_when_it_completes(store: CellStore, clock: Fa
         lock._lease.renew(store)  # ...and the holder's last renewal lands meanwhile
 
     clock.now = 0.5
-    faulty.arm("read_versioned", before=renew_during_the_stall, when=lambda row, **kw: row == "stall")
+    # The scan reads every lease row in one bulk read: that read stalls.
+    faulty.arm("read_versioned_many", before=renew_during_the_stall, when=lambda rows, **kw: "stall" in rows)
     w.scan()  # the read started at 0.5 and completed at 1.7 with v2
+    assert faulty.calls["read_versioned_many"] == 2, "the schedule did not run"
     clock.now = 3.1  # 3.1 - 0.5 > 2.5: a watcher stamping at the read's start revokes here
     assert w.scan().revoked == 0, "revoked before the holder's own deadline"
     assert not lock.lost.is_set()
@@ -193,7 +196,8 @@ def test_a_dead_waiter_is_revoked_for_good_and_a_slow_one_queues_again(store: Ce
 def test_orphan_cells_are_cleared_and_the_lock_works_again(store: CellStore, clock: FakeMonotonic) -> None:
     # Cells nobody renews that are not leases: a baseline contender that crashed holding a
     # shadow cell and a main cell (no holder record), and a malformed queue cell.
-    store.put(Table.INDEX, index_shard("orphaned"), "orphaned", "", timestamp=10)
+    # Listed the way the baseline lists a lock id: leasewatch reads the baseline's rows for those.
+    store.put(Table.INDEX, index_shard("orphaned"), "orphaned", BACKOFF_INDEX_MARK, timestamp=10)
     store.put(Table.BACKOFF_MAIN, "orphaned", "ghost", "", timestamp=100)
     store.put(Table.BACKOFF_SHADOW, "orphaned", "ghost2", "", timestamp=100)
     ticket = make_ticket(50, "ghost3")
