@@ -25,6 +25,17 @@ class LeasewatchSettings(StoreSettings, LoggingSettings):
     admin_token: SecretStr | None = Field(
         default=None, description="bearer token for POST /locks/{id}/revoke; unset = revoke endpoint refuses"
     )
-    gc_interval: float = Field(default=300.0, gt=0, description="seconds between store garbage-collection passes")
+    gc_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="seconds between store maintenance passes (SQLite: tombstone GC in batches, WAL checkpoint)",
+    )
+    partition_lease: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="s a replica's claim on a partition of the lock ids lasts unrenewed; a dead replica's "
+        "partitions are taken over after this + grace",
+    )
     replica_id: str = Field(default_factory=default_replica_id, description="name reported in logs and events")
     shutdown_grace: float = Field(default=5.0, ge=0, description="s to finish in-flight requests on SIGTERM")

@@ -270,6 +270,9 @@ class Watcher:
         self.events: deque[Revocation] = deque(maxlen=500)
         self.revocations = 0
         self.last_report: ScanReport | None = None
+        self.longest_lease = 0.0
+        """The longest lease this watcher has seen (never decreases): how long a new watcher of
+        the same locks needs before it may revoke any of them."""
         self.started_at = monotonic()
 
     # -- scanning ---------------------------------------------------------------------------------
@@ -327,13 +330,6 @@ class Watcher:
         report.seconds = self._monotonic() - started
         self.last_report = report
         return report
-
-    @property
-    def longest_lease(self) -> float:
-        """The longest lease being watched (0 when none): how long a new watcher of these locks
-        needs before it may revoke any of them."""
-        with self._lock:
-            return max((obs.lease for obs in self._leases.values()), default=0.0)
 
     def _read_many(self, index: list[Cell]) -> _Reads:
         """The lease rows, the queues (each from its watermark) and, for lock ids the baseline
@@ -437,6 +433,7 @@ class Watcher:
             self._leases.pop(key, None)
             return None
         self._leases[key] = obs
+        self.longest_lease = max(self.longest_lease, obs.lease)
         return obs
 
     def _judge_lease(self, key: _Key, obs: _Observation, now: float, horizon: float, stale: list[_Stale]) -> None:
