@@ -789,18 +789,22 @@ class CassandraStore(CellStore):
         every request has answered."""
         if self._closed:
             raise StoreError(f"the Cassandra store {self._redacted} is closed")
-        answers: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
+        answered: queue.SimpleQueue[int] = queue.SimpleQueue()
+        futures: dict[int, Any] = {}
+        unsent: dict[int, BaseException] = {}
 
         def send(i: int) -> None:
             plan = plans[i]
             try:
-                future = self._session.execute_async(plan.query[0], plan.query[1], execution_profile=plan.profile)
+                futures[i] = self._session.execute_async(plan.query[0], plan.query[1], execution_profile=plan.profile)
             except Exception as exc:
-                answers.put((i, None, exc))
+                unsent[i] = exc
+                answered.put(i)
                 return
-            future.add_callbacks(
-                callback=lambda result, i=i: answers.put((i, result, None)),
-                errback=lambda exc, i=i: answers.put((i, None, exc)),
+            # The callbacks only say which request answered (a callback's argument is the first
+            # page of rows, not the result set); the result is taken from the future below.
+            futures[i].add_callbacks(
+                callback=lambda _rows, i=i: answered.put(i), errback=lambda _e, i=i: answered.put(i)
             )
 
         results: list[Any] = [None] * len(plans)
@@ -809,20 +813,21 @@ class CassandraStore(CellStore):
         while sent < min(len(plans), self._MANY_IN_FLIGHT):
             send(sent)
             sent += 1
-        answered: set[int] = set()
-        while len(answered) < len(plans):
-            i, result, failure = answers.get()
-            if i in answered:
+        done: set[int] = set()
+        while len(done) < len(plans):
+            i = answered.get()
+            if i in done:
                 # A future can answer twice: with speculative execution (idempotent reads go to a
                 # second replica after speculate_after) both responses may fire the callbacks.
                 continue
-            answered.add(i)
+            done.add(i)
             if sent < len(plans):
                 send(sent)
                 sent += 1
+            failure: BaseException | None = unsent.get(i)
             if failure is None:
                 try:
-                    results[i] = plans[i].finish(result)
+                    results[i] = plans[i].finish(futures.pop(i).result())
                     continue
                 except Exception as exc:
                     failure = exc
@@ -930,27 +935,35 @@ class CassandraStore(CellStore):
         settled by sending that one again through :meth:`compare_and_set`, which recognises its
         own earlier success by value (values are unique) or resolves it by re-reading."""
         dialect = self._modern()
-        answers: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
-        waiting = 0
+        # The callbacks only say *which* request answered: a callback's argument is the first page
+        # of rows, not the result set (no ``was_applied``), so the answer is taken from the future
+        # on this thread. Each index is taken once (a future's callbacks may fire twice).
+        answered: queue.SimpleQueue[int] = queue.SimpleQueue()
+        futures: dict[int, Any] = {}
+        failed_to_send: dict[int, BaseException] = {}
         for index, op in enumerate(ops):
             check_cas_arguments(op.expected, op.updates)
             try:
                 batch = self._statement(dialect.cas_batch, op.table.value, op.row, op.expected, op.updates)
-                future = self._session.execute_async(batch, None, execution_profile=PROFILE_CAS)
+                futures[index] = self._session.execute_async(batch, None, execution_profile=PROFILE_CAS)
             except Exception as exc:
-                answers.put((index, None, exc))
-                waiting += 1
+                failed_to_send[index] = exc
+                answered.put(index)
                 continue
-            future.add_callbacks(
-                callback=lambda result, i=index: answers.put((i, result, None)),
-                errback=lambda exc, i=index: answers.put((i, None, exc)),
+            futures[index].add_callbacks(
+                callback=lambda _rows, i=index: answered.put(i), errback=lambda _exc, i=index: answered.put(i)
             )
-            waiting += 1
-        for _ in range(waiting):
-            index, result, failure = answers.get()
+        done: set[int] = set()
+        while len(done) < len(ops):
+            index = answered.get()
+            if index in done:
+                continue
+            done.add(index)
             op = ops[index]
+            failure: BaseException | None = failed_to_send.get(index)
             if failure is None:
                 try:
+                    result = futures[index].result()
                     yield index, self._cas_result(result, columns_of(op.expected, op.updates), op.expected, op.updates)
                     continue
                 except Exception as exc:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lockclient.errors import ConfigurationError
-from lockclient.store import CellStore, Table, VersionedTable, open_store, parse_store_url
+from lockclient.store import CasResult, CellStore, Table, VersionedTable, open_store, parse_store_url
 from lockclient.store.base import CompareAndSet, Put
 from lockclient.store.sqlite import SQLiteStore
 from tests.store import workers
@@ -392,6 +392,43 @@ def test_read_rows_many_over_more_rows_than_one_query_takes(store: CellStore) ->
 def i_cells(row: str) -> int:
     """1 to 3 cells per row, fixed per row name."""
     return 1 + sum(row.encode()) % 3
+
+
+def test_read_rows_many_returns_every_page_of_a_long_row(store: CellStore) -> None:
+    """More cells in one row than one response page holds (Cassandra pages at 1,000)."""
+    long_row, short_row = fresh_row(), fresh_row()
+    puts = [Put(Table.QUEUE, long_row, f"c{i:05d}", "x", 10) for i in range(1100)]
+    for i in range(0, len(puts), 200):
+        store.execute_all(puts[i : i + 200])
+    store.put(Table.QUEUE, short_row, "only", "y", timestamp=10)
+    got = store.read_rows_many(Table.QUEUE, [long_row, short_row], starts={long_row: "c00050"})
+    assert [c.column for c in got[long_row]] == [f"c{i:05d}" for i in range(50, 1100)]
+    assert [c.value for c in got[short_row]] == ["y"]
+
+
+def test_compare_and_set_many_answers_each_on_its_own(store: CellStore) -> None:
+    """What the keeper's batched renewals and leasewatch's batched revocations rely on: every
+    operation's own outcome — applied, or not applied with the current values."""
+    needs_cas(store)
+    rows = [fresh_row() for _ in range(6)]
+    for row in rows:
+        assert store.compare_and_set(row, {"v": None}, {"v": f"{row}-1"}).applied
+    ops = [
+        CompareAndSet(row, {"v": f"{row}-1" if i % 2 == 0 else "stale"}, {"v": f"{row}-2"})
+        for i, row in enumerate(rows)
+    ]
+    ops.append(CompareAndSet(rows[0], {"w": None}, {"w": "new"}, VersionedTable.FENCED))
+    results = dict(store.compare_and_set_many(ops))
+    assert sorted(results) == list(range(len(ops)))
+    for i, row in enumerate(rows):
+        result = results[i]
+        assert isinstance(result, CasResult), result
+        assert result.applied is (i % 2 == 0)
+        assert result.current["v"] == (f"{row}-2" if i % 2 == 0 else f"{row}-1")
+        assert store.read_versioned(row)["v"] == result.current["v"]
+    last = results[len(rows)]
+    assert isinstance(last, CasResult) and last.applied
+    assert list(store.compare_and_set_many([])) == []
 
 
 def test_read_versioned_many(store: CellStore) -> None:
