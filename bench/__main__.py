@@ -1,4 +1,4 @@
-"""``python -m bench [all|now|locks|leasewatch] [--quick] [--k K]`` — see bench/README.md."""
+"""``python -m bench [all|now|locks|leasewatch|scale] [--quick] [--k K] [--max-n N]`` — see bench/README.md."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "now", "locks", "leasewatch"],
+        choices=["all", "now", "locks", "leasewatch", "scale"],
         help="which benchmark (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite under ~2 minutes)")
@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="acquisitions per process in the thesis experiment (default 200, --quick 50; the thesis used 5000)",
+    )
+    parser.add_argument(
+        "--max-n",
+        type=int,
+        default=None,
+        help="largest number of live lock ids in the scale benchmark (default 100,000; --quick 10,000)",
     )
     args = parser.parse_args(argv)
     if args.k is not None and args.k < 1:
@@ -48,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import leasewatch
 
         leasewatch.run(quick=args.quick)
+    if args.which in ("all", "scale"):
+        from bench import scale
+
+        scale.run(quick=args.quick, max_n=args.max_n)
     print(f"[bench] done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 

@@ -307,14 +307,16 @@ class Watcher:
                 elif watch.index_ts != cell.timestamp:
                     watch.index_ts, watch.again = cell.timestamp, 2
                 watch.seen = scan_no
-                if watch.again or watch.next_look <= at:
+                # Half a scan of tolerance: a look due "at the next scan" is never put off to the
+                # one after because that scan started a few ms early.
+                if watch.again or watch.next_look <= at + self.scan_interval / 2:
                     due.append(cell)
             reads = self._read_many(due)
             now = reads.at  # after every read completed: see "When an observation is stamped"
             stale: list[_Stale] = []
             for entry in due:
                 try:
-                    self._judge(entry, locks[entry.column], reads, now, report, stale)
+                    self._judge(entry, locks[entry.column], reads, at, now, report, stale)
                 except StoreError as exc:
                     report.errors.append(f"{entry.column}: {exc}")
                     log.warning("scan_lock_failed", lock_id=entry.column, error=str(exc))
@@ -344,7 +346,14 @@ class Watcher:
         return _Reads(rows, queues, backoff, shadow, self._monotonic())
 
     def _judge(
-        self, entry: Cell, watch: _LockWatch, reads: _Reads, now: float, report: ScanReport, stale: list[_Stale]
+        self,
+        entry: Cell,
+        watch: _LockWatch,
+        reads: _Reads,
+        scan_started: float,
+        now: float,
+        report: ScanReport,
+        stale: list[_Stale],
     ) -> None:
         """One look at one lock: observe its leases, collect the stale ones, schedule the next look."""
         lock_id = entry.column
@@ -388,11 +397,11 @@ class Watcher:
         watch.orphans = orphans
 
         # The next look, and the leases that may go stale before it (on the due schedule).
-        if observed:
-            period = max(self.scan_interval, LOOK_FRACTION * min(obs.lease for _, obs in observed))
-        else:
-            period = max(self.scan_interval, self.orphan_after / 4)
-        watch.next_look = now + period
+        # A whole number of scans, counted from this scan's start: the look period never exceeds
+        # max(scan interval, LOOK_FRACTION x lease) whatever the scans' own durations.
+        shortest = min((obs.lease for _, obs in observed), default=None)
+        period = self.orphan_after / 4 if shortest is None else LOOK_FRACTION * shortest
+        watch.next_look = scan_started + self.scan_interval * max(1, int(period / self.scan_interval))
         watch.again = max(0, watch.again - 1)
         horizon = watch.next_look + self.scan_interval  # the next look may start late or take long
         keys = tuple(key for key, _ in observed)
