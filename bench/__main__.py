@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="largest number of live lock ids in the scale benchmark (default 100,000; --quick 10,000)",
     )
+    parser.add_argument("--only-n", type=int, default=None, help="scale benchmark: only the points with this N")
     args = parser.parse_args(argv)
     if args.k is not None and args.k < 1:
         parser.error("--k must be at least 1")
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.which in ("all", "scale"):
         from bench import scale
 
-        scale.run(quick=args.quick, max_n=args.max_n)
+        scale.run(quick=args.quick, max_n=args.max_n, only_n=args.only_n)
     print(f"[bench] done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 

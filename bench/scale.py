@@ -333,14 +333,16 @@ def _plot(points: list[Point], path: Path) -> None:
     plt.close(fig)
 
 
-def run(*, quick: bool = False, max_n: int | None = None) -> dict[str, Any]:
-    top = max_n or (10_000 if quick else 100_000)
+def run(*, quick: bool = False, max_n: int | None = None, only_n: int | None = None) -> dict[str, Any]:
+    top = max_n or only_n or (10_000 if quick else 100_000)
     plan: list[tuple[int, int, float]] = [(n, 1, 10.0) for n in (100, 1_000, 10_000) if n <= top]
     if top >= 100_000:
         plan.append((100_000, 1, 60.0))
         plan.append((100_000, 3, 60.0))
     else:
         plan.append((min(top, 10_000), 3, 10.0))
+    if only_n is not None:
+        plan = [p for p in plan if p[0] == only_n]
     machine = machine_info()
     points: list[Point] = []
     for n, k, lease in plan:
@@ -359,7 +361,7 @@ def run(*, quick: bool = False, max_n: int | None = None) -> dict[str, Any]:
             " / ".join(f"{c:.2f}" for c in p.cpu_cores),
             p.holders_cpu_cores,
             " / ".join(f"{r:.1f}" for r in p.revocation_s) or "–",
-            p.bound_s,
+            f"{p.bound_s:.1f}",
             p.live_lost,
             p.revocations,
             "–" if p.takeover_s is None else f"{p.takeover_s:.1f}",
@@ -397,7 +399,8 @@ def run(*, quick: bool = False, max_n: int | None = None) -> dict[str, Any]:
         ]
     )
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    _plot(points, RESULTS_DIR / "scale.png")
+    if only_n is None:
+        _plot(points, RESULTS_DIR / "scale.png")
     data = {"benchmark": "scale", "quick": quick, "machine": machine, "points": [asdict(p) for p in points]}
-    write_results("scale", data, markdown)
+    write_results("scale" if only_n is None else f"scale-{only_n}", data, markdown)
     return data

@@ -100,6 +100,12 @@ log = get_logger("leasewatch")
 
 LOOK_FRACTION = 0.1
 """A lock is read at least once per this fraction of its shortest lease (and per scan interval)."""
+INDEX_FULL_EVERY = 10
+"""Every this many scans the whole lock index is read; in between only entries written in the
+last ``INDEX_WINDOW_US`` (new contenders), filtered inside the store."""
+INDEX_WINDOW_US = 10_000_000
+"""How far below the newest index entry seen an entry still counts as new: contenders stamp
+their entries with global time, so a new one is never that far behind another."""
 
 REVOKED_CELL_SHADOW_US = 3_600_000_000
 """A revoked waiter's queue cell is deleted this far above its write timestamp: no renewal
@@ -130,6 +136,11 @@ class _LockWatch:
     index_ts: int
     """The write timestamp of its index entry: every enqueue rewrites it, so a change means a new
     contender arrived (renewals never touch it)."""
+    baseline: bool = False
+    """Listed by the baseline algorithm (its two rows are read too)."""
+    shard: int = 0
+    bucket: int = -1
+    """The time-wheel slot of its next look (see ``Watcher._wheel``)."""
     seen: int = 0
     """The scan that last found it listed."""
     next_look: float = 0.0
@@ -138,7 +149,7 @@ class _LockWatch:
     next, so that a queue cell written a moment after its index entry is seen at once too."""
     keys: tuple[_Key, ...] = ()
     """The leases observed at the last look."""
-    orphans: dict[tuple[str, str], float] = field(default_factory=dict)
+    orphans: dict[tuple[str, str], float] | None = None
     """(table, column) -> first sighting of a cell that is nobody's lease."""
     idle_since: float | None = None
     idle_ts: int = 0
@@ -264,6 +275,13 @@ class Watcher:
         self._lock = threading.Lock()
         self._leases: dict[_Key, _Observation] = {}
         self._locks: dict[str, _LockWatch] = {}
+        # The next looks, by time slot (monotonic seconds / scan interval): slot -> lock ids,
+        # and a heap of the slots in use. A scan takes the slots that have come, not every lock.
+        self._wheel: dict[int, set[str]] = {}
+        self._slots: list[int] = []
+        self._again: set[str] = set()
+        self._shards: frozenset[int] | None = None
+        self._index_high: int | None = None
         self._due: list[tuple[float, int, _Key, str]] = []  # (deadline, seq, key, value): a heap
         self._seq = itertools.count()
         self._scan_no = 0
@@ -288,66 +306,110 @@ class Watcher:
 
     def scan(self, shards: Collection[int] | None = None) -> ScanReport:
         """One pass over the locks with live state in ``shards`` (index shards = partitions;
-        all by default): read the index, look at the locks that are due, revoke what is stale.
-        Raises StoreError if the reads fail; a failure while revoking is reported in
+        all by default): read the index — every ``INDEX_FULL_EVERY`` scans all of it, in
+        between only what was written lately — look at the locks that are due, revoke what is
+        stale. Raises StoreError if the reads fail; a failure while revoking is reported in
         ``errors`` and retried at the next pass."""
         started = self._monotonic()
         report = ScanReport()
+        wanted = frozenset(range(INDEX_SHARDS) if shards is None else shards)
         with self._lock:
-            index = self.index(sorted(shards) if shards is not None else None)
             self._scan_no += 1
             scan_no = self._scan_no
+            full = wanted != self._shards or self._index_high is None or scan_no % INDEX_FULL_EVERY == 0
+            rows = [str(shard) for shard in sorted(wanted)]
+            if full:
+                found = self.store.read_rows_many(Table.INDEX, rows)
+            else:
+                assert self._index_high is not None
+                found = self.store.read_rows_many(Table.INDEX, rows, newer_than=self._index_high - INDEX_WINDOW_US)
             at = self._monotonic()
             locks = self._locks
-            due: list[Cell] = []
-            for cell in index:
-                watch = locks.get(cell.column)
-                if watch is None:
-                    watch = locks[cell.column] = _LockWatch(cell.timestamp)
-                elif watch.index_ts != cell.timestamp:
-                    watch.index_ts, watch.again = cell.timestamp, 2
-                watch.seen = scan_no
-                # Half a scan of tolerance: a look due "at the next scan" is never put off to the
-                # one after because that scan started a few ms early.
-                if watch.again or watch.next_look <= at + self.scan_interval / 2:
-                    due.append(cell)
-            reads = self._read_many(due)
+            high = self._index_high or 0
+            for row, cells in found.items():
+                shard = int(row)
+                for cell in cells:
+                    watch = locks.get(cell.column)
+                    if watch is None:
+                        watch = locks[cell.column] = _LockWatch(cell.timestamp, shard=shard)
+                        self._again.add(cell.column)
+                    elif watch.index_ts != cell.timestamp:
+                        watch.index_ts, watch.again = cell.timestamp, 2
+                        self._again.add(cell.column)
+                    watch.baseline = cell.value == BACKOFF_INDEX_MARK
+                    watch.seen = scan_no
+                    high = max(high, cell.timestamp)
+            self._index_high = high
+            if full:
+                # Forget the locks no longer listed (or no longer ours to watch).
+                for lock_id in [k for k, watch in locks.items() if watch.seen != scan_no]:
+                    self._forget(lock_id)
+                self._shards = wanted
+            # Due: what changed (twice), and what the wheel says — with half a scan of tolerance,
+            # so a look due "at the next scan" is never put off because that scan started early.
+            due = set(self._again)
+            now_slot = self._slot(at + self.scan_interval / 2)
+            while self._slots and self._slots[0] <= now_slot:
+                for lock_id in self._wheel.pop(heapq.heappop(self._slots), ()):
+                    due.add(lock_id)
+                    if lock_id in locks:
+                        locks[lock_id].bucket = -1  # taken off the wheel: rescheduled by its look
+            due_ids = sorted(lock_id for lock_id in due if lock_id in locks)
+            reads = self._read_many(due_ids)
             now = reads.at  # after every read completed: see "When an observation is stamped"
             stale: list[_Stale] = []
-            for entry in due:
+            for lock_id in due_ids:
                 try:
-                    self._judge(entry, locks[entry.column], reads, at, now, report, stale)
+                    self._judge(lock_id, locks[lock_id], reads, at, now, report, stale)
                 except StoreError as exc:
-                    report.errors.append(f"{entry.column}: {exc}")
-                    log.warning("scan_lock_failed", lock_id=entry.column, error=str(exc))
+                    report.errors.append(f"{lock_id}: {exc}")
+                    log.warning("scan_lock_failed", lock_id=lock_id, error=str(exc))
             self._revoke_stale(stale, reads, report)
-            # Forget the locks no longer listed (or no longer ours to watch): memory follows live state.
-            if len(locks) > len(index):  # every listed lock is in `locks`: only then is any stale
-                for lock_id in [k for k, watch in locks.items() if watch.seen != scan_no]:
-                    for key in locks.pop(lock_id).keys:
-                        self._leases.pop(key, None)
             self._check_due_locked(report)  # whatever came due meanwhile, also for in-process callers
-            report.locks, report.looked, report.leases = len(index), len(due), len(self._leases)
+            report.locks, report.looked, report.leases = len(locks), len(due_ids), len(self._leases)
             report.due = len(self._due)
         report.seconds = self._monotonic() - started
         self.last_report = report
         return report
 
-    def _read_many(self, index: list[Cell]) -> _Reads:
+    def _slot(self, when: float) -> int:
+        return int(when / self.scan_interval)
+
+    def _schedule(self, lock_id: str, watch: _LockWatch, when: float) -> None:
+        slot = self._slot(when)
+        if slot == watch.bucket:
+            return
+        if watch.bucket >= 0:
+            self._wheel.get(watch.bucket, set()).discard(lock_id)
+        members = self._wheel.get(slot)
+        if members is None:
+            members = self._wheel[slot] = set()
+            heapq.heappush(self._slots, slot)
+        members.add(lock_id)
+        watch.bucket = slot
+
+    def _forget(self, lock_id: str) -> None:
+        watch = self._locks.pop(lock_id)
+        for key in watch.keys:
+            self._leases.pop(key, None)
+        if watch.bucket >= 0:
+            self._wheel.get(watch.bucket, set()).discard(lock_id)
+        self._again.discard(lock_id)
+
+    def _read_many(self, lock_ids: list[str]) -> _Reads:
         """The lease rows, the queues (each from its watermark) and, for lock ids the baseline
         listed, its two rows: a few bulk reads, whatever the number of locks."""
-        ids = [cell.column for cell in index]
-        rows = self.store.read_versioned_many(ids) if ids else {}
+        rows = self.store.read_versioned_many(lock_ids) if lock_ids else {}
         starts = {lock_id: queue_start(row) for lock_id, row in rows.items() if HEAD in row}
-        queues = self.store.read_rows_many(Table.QUEUE, ids, starts) if ids else {}
-        baseline = [cell.column for cell in index if cell.value == BACKOFF_INDEX_MARK]
+        queues = self.store.read_rows_many(Table.QUEUE, lock_ids, starts) if lock_ids else {}
+        baseline = [lock_id for lock_id in lock_ids if self._locks[lock_id].baseline]
         backoff = self.store.read_rows_many(Table.BACKOFF_MAIN, baseline) if baseline else {}
         shadow = self.store.read_rows_many(Table.BACKOFF_SHADOW, baseline) if baseline else {}
         return _Reads(rows, queues, backoff, shadow, self._monotonic())
 
     def _judge(
         self,
-        entry: Cell,
+        lock_id: str,
         watch: _LockWatch,
         reads: _Reads,
         scan_started: float,
@@ -355,13 +417,15 @@ class Watcher:
         report: ScanReport,
         stale: list[_Stale],
     ) -> None:
-        """One look at one lock: observe its leases, collect the stale ones, schedule the next look."""
-        lock_id = entry.column
+        """One look at one lock: observe its leases, collect the stale ones, schedule the next look.
+        (Written for speed: it runs for every lock due, tens of thousands per scan.)"""
         row = reads.rows.get(lock_id)
         holder_raw = row.get(HOLDER_COLUMN) if row is not None else None
         queue = reads.queues.get(lock_id, ())
-        observed: list[tuple[_Key, _Observation]] = []
+        keys: list[_Key] = []
+        observed: list[_Observation] = []
         orphans: dict[tuple[str, str], float] = {}
+        shortest = 0.0
 
         # The holder's lease.
         holder: _Observation | None = None
@@ -371,7 +435,9 @@ class Watcher:
             if holder is None:  # malformed: treated as an orphan
                 self._orphan(report, watch, orphans, now, lock_id, "holder", HOLDER_COLUMN, holder_raw)
             else:
-                observed.append((key, holder))
+                keys.append(key)
+                observed.append(holder)
+                shortest = holder.lease
 
         # Waiters' leases: their queue cells (the holder's own cell is covered by its record).
         holder_ticket = holder.ticket if holder is not None else None
@@ -383,44 +449,57 @@ class Watcher:
             if waiter is None:
                 self._orphan(report, watch, orphans, now, lock_id, str(Table.QUEUE), cell.column, cell.value, cell)
             else:
-                observed.append((key, waiter))
+                keys.append(key)
+                observed.append(waiter)
+                if not shortest or waiter.lease < shortest:
+                    shortest = waiter.lease
 
         # The baseline's cells: a contender's shadow or main cell without a holder record of
         # that owner blocks every later baseline attempt (ConcurrentAttempt forever).
-        backoff = reads.backoff.get(lock_id, [])
-        shadow = reads.shadow.get(lock_id, [])
-        holder_owner = holder.owner if holder is not None else None
-        for table, cells in ((Table.BACKOFF_MAIN, backoff), (Table.BACKOFF_SHADOW, shadow)):
-            for cell in cells:
-                if cell.column != holder_owner:
-                    self._orphan(report, watch, orphans, now, lock_id, str(table), cell.column, cell.value, cell)
-        watch.orphans = orphans
+        backoff = reads.backoff.get(lock_id, ()) if reads.backoff else ()
+        shadow = reads.shadow.get(lock_id, ()) if reads.shadow else ()
+        if backoff or shadow:
+            holder_owner = holder.owner if holder is not None else None
+            for table, cells in ((Table.BACKOFF_MAIN, backoff), (Table.BACKOFF_SHADOW, shadow)):
+                for cell in cells:
+                    if cell.column != holder_owner:
+                        self._orphan(report, watch, orphans, now, lock_id, str(table), cell.column, cell.value, cell)
+        if orphans or watch.orphans:
+            watch.orphans = orphans or None
 
         # The next look, and the leases that may go stale before it (on the due schedule).
         # A whole number of scans, counted from this scan's start: the look period never exceeds
         # max(scan interval, LOOK_FRACTION x lease) whatever the scans' own durations.
-        shortest = min((obs.lease for _, obs in observed), default=None)
-        period = self.orphan_after / 4 if shortest is None else LOOK_FRACTION * shortest
-        watch.next_look = scan_started + self.scan_interval * max(1, int(period / self.scan_interval))
-        watch.again = max(0, watch.again - 1)
-        horizon = watch.next_look + self.scan_interval  # the next look may start late or take long
-        keys = tuple(key for key, _ in observed)
-        for old in watch.keys:
-            if old not in keys:
-                self._leases.pop(old, None)  # released, withdrawn or revoked since the last look
-        watch.keys = keys
-        for key, obs in observed:
-            self._judge_lease(key, obs, now, horizon, stale)
+        interval = self.scan_interval
+        period = LOOK_FRACTION * shortest if observed else self.orphan_after / 4
+        next_look = watch.next_look = scan_started + interval * max(1, int(period / interval))
+        self._schedule(lock_id, watch, next_look)
+        if watch.again:
+            watch.again -= 1
+            if not watch.again:
+                self._again.discard(lock_id)
+        horizon = next_look + interval  # the next look may start late or take long
+        if watch.keys:
+            for old in watch.keys:
+                if old not in keys:
+                    self._leases.pop(old, None)  # released, withdrawn or revoked since the last look
+        watch.keys = tuple(keys)
+        grace = self.grace
+        for i, obs in enumerate(observed):
+            deadline = obs.changed_at + obs.lease + grace
+            if now > deadline or (deadline < horizon and obs.queued != deadline):
+                self._judge_lease(keys[i], obs, now, horizon, stale)
 
         # A lock with no state at all leaves the index after the window (cost follows live state).
         if holder_raw is None and not queue and not backoff and not shadow:
             if watch.idle_since is None:
-                watch.idle_since, watch.idle_ts = now, entry.timestamp
+                watch.idle_since, watch.idle_ts = now, watch.index_ts
             elif now - watch.idle_since > self.orphan_after:
                 # Delete exactly the version seen idle first: a contender that listed the lock
-                # again since wrote a newer version, which this tombstone cannot shadow.
+                # again since wrote a newer version, which this tombstone cannot shadow (and the
+                # next index read lists it again, as new).
                 self.store.delete(Table.INDEX, index_shard(lock_id), lock_id, timestamp=watch.idle_ts)
-                watch.idle_since = None
+                self._forget(lock_id)
         else:
             watch.idle_since = None
 
@@ -628,7 +707,7 @@ class Watcher:
         value: str,
         cell: Cell | None = None,
     ) -> None:
-        first = watch.orphans.get((table, column), now)
+        first = watch.orphans.get((table, column), now) if watch.orphans else now
         if now - first <= self.orphan_after:
             seen[(table, column)] = first
             return

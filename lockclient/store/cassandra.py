@@ -837,14 +837,25 @@ class CassandraStore(CellStore):
         return results
 
     def read_rows_many(
-        self, table: Table, rows: Iterable[str], starts: Mapping[str, str] | None = None
+        self,
+        table: Table,
+        rows: Iterable[str],
+        starts: Mapping[str, str] | None = None,
+        *,
+        newer_than: int | None = None,
     ) -> dict[str, list[Cell]]:
         """One slice per row from its own start (so a queue read skips the tombstones below its
-        watermark), ``_MANY_IN_FLIGHT`` at a time, token-aware: each goes to a replica of its row."""
+        watermark), ``_MANY_IN_FLIGHT`` at a time, token-aware: each goes to a replica of its row.
+        CQL cannot select by ``WRITETIME``: ``newer_than`` filters the answers here."""
         wanted = list(dict.fromkeys(rows))
         bounds = starts or {}
         plans = [self._plan(ReadRow(table, row, bounds.get(row, ""))) for row in wanted]
-        return {row: cells for row, cells in zip(wanted, self._run_many(plans), strict=True) if cells}
+        out: dict[str, list[Cell]] = {}
+        for row, found in zip(wanted, self._run_many(plans), strict=True):
+            cells = found if newer_than is None else [cell for cell in found if cell.timestamp > newer_than]
+            if cells:
+                out[row] = cells
+        return out
 
     def read_versioned_many(
         self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False

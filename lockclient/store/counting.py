@@ -126,10 +126,15 @@ class CountingStore(CellStore):
         return self.inner.read_versioned(row, table=table, serial=serial)
 
     def read_rows_many(
-        self, table: Table, rows: Iterable[str], starts: Mapping[str, str] | None = None
+        self,
+        table: Table,
+        rows: Iterable[str],
+        starts: Mapping[str, str] | None = None,
+        *,
+        newer_than: int | None = None,
     ) -> dict[str, list[Cell]]:
         self._count("read_rows_many")
-        return self.inner.read_rows_many(table, rows, starts)
+        return self.inner.read_rows_many(table, rows, starts, newer_than=newer_than)
 
     def read_versioned_many(
         self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False

@@ -333,7 +333,12 @@ class SQLiteStore(CellStore):
         return list(map(Cell._make, rows))
 
     def read_rows_many(
-        self, table: Table, rows: Iterable[str], starts: Mapping[str, str] | None = None
+        self,
+        table: Table,
+        rows: Iterable[str],
+        starts: Mapping[str, str] | None = None,
+        *,
+        newer_than: int | None = None,
     ) -> dict[str, list[Cell]]:
         wanted = list(dict.fromkeys(rows))
         if not wanted:
@@ -346,18 +351,20 @@ class SQLiteStore(CellStore):
             now = time.time()
             walk = self._walk_is_cheaper(conn, "cells", cf, len(wanted))
             want = set(wanted) if walk else None
+            # Filtered here, in SQLite: an unchanged cell costs no Python object at all.
+            newer, since = ("AND ts > ? ", (newer_than,)) if newer_than is not None else ("", ())
             queries: list[tuple[str, Sequence[object]]] = []
             if walk:
-                sql = f"SELECT row, col, value, ts FROM cells INDEXED BY cells_live WHERE cf = ? AND {_LIVE}"
-                queries.append((sql, (cf, now)))
+                sql = f"SELECT row, col, value, ts FROM cells INDEXED BY cells_live WHERE cf = ? {newer}AND {_LIVE}"
+                queries.append((sql, (cf, *since, now)))
             else:
                 for i in range(0, len(wanted), _CHUNK):
                     chunk = wanted[i : i + _CHUNK]
                     sql = (
                         "SELECT row, col, value, ts FROM cells INDEXED BY cells_live "
-                        f"WHERE cf = ? AND row IN ({','.join('?' * len(chunk))}) AND {_LIVE}"
+                        f"WHERE cf = ? AND row IN ({','.join('?' * len(chunk))}) {newer}AND {_LIVE}"
                     )
-                    queries.append((sql, (cf, *chunk, now)))
+                    queries.append((sql, (cf, *chunk, *since, now)))
             # Rows arrive grouped, each in column order (the index is (cf, row, col)): one lookup
             # per row, not per cell.
             last: str | None = None

@@ -124,9 +124,14 @@ class FaultyStore(CellStore):
         return self._call("read_versioned", self.inner.read_versioned, row, table=table, serial=serial)
 
     def read_rows_many(
-        self, table: Table, rows: Iterable[str], starts: Mapping[str, str] | None = None
+        self,
+        table: Table,
+        rows: Iterable[str],
+        starts: Mapping[str, str] | None = None,
+        *,
+        newer_than: int | None = None,
     ) -> dict[str, list[Cell]]:
-        return self._call("read_rows_many", self.inner.read_rows_many, table, list(rows), starts)
+        return self._call("read_rows_many", self.inner.read_rows_many, table, list(rows), starts, newer_than=newer_than)
 
     def read_versioned_many(
         self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
