@@ -23,7 +23,8 @@ renewing every 3.3 s would need ~1.6 cores for the holders alone (0.16 core per 
 ``bench/results/locks.md``), more than this 2-core machine has beside leasewatch.
 
 Every process is started on 127.0.0.1 and stopped by its PID (never by name), also on
-errors. ``--quick`` (``make bench``) stops at N = 10,000.
+errors. The short version (``make bench``, or ``--quick``) stops at N = 10,000 and writes
+``scale-short.*``; ``python -m bench scale`` runs every point and writes ``scale.*``.
 """
 
 from __future__ import annotations
@@ -400,7 +401,8 @@ def run(*, quick: bool = False, max_n: int | None = None, only_n: int | None = N
     )
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     if only_n is None:
-        _plot(points, RESULTS_DIR / "scale.png")
+        _plot(points, RESULTS_DIR / ("scale.png" if top >= 100_000 else "scale-short.png"))
     data = {"benchmark": "scale", "quick": quick, "machine": machine, "points": [asdict(p) for p in points]}
-    write_results("scale" if only_n is None else f"scale-{only_n}", data, markdown)
+    name = f"scale-{only_n}" if only_n is not None else ("scale" if top >= 100_000 else "scale-short")
+    write_results(name, data, markdown)
     return data

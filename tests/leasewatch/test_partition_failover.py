@@ -130,18 +130,25 @@ def test_three_replicas_share_the_work_and_survive_one_sigkill(
     def shares() -> list[set[int]]:
         return [set(status(http, lw)["partitions"]) for lw in replicas]
 
+    last: list[list[set[int]]] = []
+
     def balanced() -> list[set[int]] | None:
         found = shares()
         total = sum(len(s) for s in found)
         disjoint = len(set().union(*found)) == total
-        return found if total == INDEX_SHARDS and disjoint and all(18 <= len(s) <= 23 for s in found) else None
+        ok = total == INDEX_SHARDS and disjoint and all(18 <= len(s) <= 23 for s in found)
+        settled = ok and bool(last) and last[-1] == found  # the same in two polls: converged
+        last.append(found)
+        time.sleep(0.3)
+        return found if settled else None
 
     owned = wait_for(balanced, 60, "three replicas to share the 64 partitions")
     print("partitions per replica:", [len(s) for s in owned])
     for lw, mine in zip(replicas, owned, strict=True):
         ready = http.get(f"{lw.url}/readyz").json()
         assert ready["ready"] and set(ready["partitions"]) == mine
-        assert f"leasewatch_partitions_owned {float(len(mine))}" in http.get(f"{lw.url}/metrics").text
+        metric = f"leasewatch_partitions_owned {float(len(mine))}"
+        wait_for(lambda lw=lw, metric=metric: metric in http.get(f"{lw.url}/metrics").text, 5, metric)
 
     a, _, c = replicas
     victim = sorted(owned[2])
