@@ -393,11 +393,9 @@ class Leasewatch:
 
     async def collect_garbage(self) -> None:
         """Store maintenance: purge tombstones (in batches), checkpoint the journal, report sizes."""
-        if self._store is None:
-            return
-        store = self._store
         started = time.monotonic()
         try:
+            store = (await self.ready()).store  # the first run may come before the first scan
             purged = await asyncio.to_thread(store.collect_garbage)
             self.metrics.gc.inc(purged)
             checkpoint = await asyncio.to_thread(store.checkpoint)

@@ -296,3 +296,26 @@ def test_a_page_of_locks_takes_under_100_ms_at_100000_ids(processes: Fleet, sqli
         f"max {timings[-1] * 1000:.0f} ms over {len(timings)} pages"
     )
     assert timings[len(timings) // 2] <= 0.100
+
+
+def test_status_and_metrics_report_partitions_and_the_store(processes: Fleet, sqlite_url: str) -> None:
+    """One replica owns every partition; the maintenance job (run at start, then every
+    LEASEWATCH_GC_INTERVAL) reports the store's files and its checkpoint."""
+    lw = processes.leasewatch(sqlite_url)
+    lw.wait_ready()
+    with httpx.Client(base_url=lw.url, timeout=5) as http:
+        deadline = time.monotonic() + 20
+        while not http.get("/status").json()["store"]:
+            assert time.monotonic() < deadline, "no store maintenance reported"
+            time.sleep(0.1)
+        status = http.get("/status").json()
+        assert status["partitions"] == list(range(64)) and status["watching"] == list(range(64))
+        assert len(status["replicas_seen"]) == 1 and status["member"].startswith(status["replica"] + "#")
+        assert status["last_scan"]["errors"] == []
+        store = status["store"]
+        assert store["database"] > 0 and "wal" in store and store["checkpoint"] in ("ok", "busy")
+        assert http.get("/readyz").json()["partitions"] == list(range(64))
+        metrics = http.get("/metrics").text
+        assert 'leasewatch_store_bytes{file="database"}' in metrics
+        assert "leasewatch_partitions_owned 64.0" in metrics
+        assert "leasewatch_store_checkpoints_total" in metrics
