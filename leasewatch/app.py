@@ -751,9 +751,11 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         response: Response,
         limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX, description="locks per page")] = 100,
         after: Annotated[
-            str | None, Query(max_length=1024, description="cursor: the last id of the page before")
+            str | None, Query(max_length=MAX_LOCK_ID_BYTES, description="cursor: the last id of the page before")
         ] = None,
-        prefix: Annotated[str, Query(max_length=1024, description="only lock ids starting with this")] = "",
+        prefix: Annotated[
+            str, Query(max_length=MAX_LOCK_ID_BYTES, description="only lock ids starting with this")
+        ] = "",
         authorization: AuthorizationHeader = None,
     ) -> list[LockSummary]:
         require_reader(service, authorization)
