@@ -69,12 +69,16 @@ def redact(text: str) -> str:
     """``text`` without any registered secret value, URL password, bearer token or ``password=`` value."""
     if not text:
         return text
+    # Shapes first, registered values after: a registered value can be part of a shape's
+    # anchor (a password "cassandra" is the scheme of "cassandra://u:pw@h"), and masking it
+    # first would hide the URL from its pattern and leave "pw" in the clear.
+    text = _URL_USERINFO.sub(lambda m: f"{m.group('head')}:{MASK}@", text)
+    text = _BEARER.sub(lambda m: f"{m.group('head')}{MASK}", text)
+    text = _PAIRS.sub(lambda m: f"{m.group('head')}{MASK}", text)
     pattern = _registry.pattern
     if pattern is not None:
         text = pattern.sub(MASK, text)
-    text = _URL_USERINFO.sub(lambda m: f"{m.group('head')}:{MASK}@", text)
-    text = _BEARER.sub(lambda m: f"{m.group('head')}{MASK}", text)
-    return _PAIRS.sub(lambda m: f"{m.group('head')}{MASK}", text)
+    return text
 
 
 def redact_exception(exc: BaseException) -> str:

@@ -24,6 +24,15 @@ ADMIN = "admin-token-0123456789abcdef0123456789"
 READ = "read-token-0123456789abcdef01234567890"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_secret_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secrets registered by earlier tests in this process (a real Cassandra's login
+    "cassandra", say) must not change what these tests see."""
+    from lockclient import redact
+
+    monkeypatch.setattr(redact, "_registry", redact._Registry())
+
+
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONOLOCK_", "TIMESVC_", "LEASEWATCH_"))}
     env.update(extra)
@@ -173,3 +182,15 @@ def test_redact_by_shape_and_by_value() -> None:
         assert secret not in out, out
     assert "cassandra://u:***@h1,h2:9042/ks" in out and "x=1" in out
     assert io.StringIO(redact("")).read() == ""
+
+
+def test_a_registered_secret_inside_a_url_scheme_does_not_unmask_the_url_password() -> None:
+    """Found on the ring: the real node's login is cassandra/cassandra; once "cassandra" was
+    registered, masking it first turned "cassandra://app:pw@h" into "***://app:pw@h", which
+    the URL pattern no longer matched — the URL's password was left in the clear."""
+    from lockclient.redact import redact, register_secret
+
+    register_secret("cassandra")
+    out = redact(f"cannot reach cassandra://app:{URL_PASSWORD}@db:9042/ks")
+    assert URL_PASSWORD not in out, out
+    assert "cassandra" not in out, out
