@@ -178,6 +178,10 @@ def take(
             return HeldLease(
                 attempt.lock_id, record, renewed_at=started, max_hold=attempt.max_hold, monotonic=services.monotonic
             )
+        # Also when the store says "uncertain" (outcome unknown, the row changed since): had
+        # our grant applied, the holder would still be us — only its owner or a revocation
+        # after lease + grace removes a holder record — so another holder, or none with a
+        # moved counter, means it did not.
         holder = current.get(HOLDER_COLUMN)
         if holder is not None:
             return holder

@@ -34,14 +34,24 @@ class StaleFencingToken(ChronolockError):
     """A write carried a fencing token the resource must refuse: smaller than one it already
     accepted, or equal to one accepted from a different holder."""
 
-    def __init__(self, token: int, highest: int, resource: str, *, holder: str | None = None) -> None:
+    def __init__(
+        self, token: int, highest: int, resource: str, *, holder: str | None = None, maybe_applied: bool = False
+    ) -> None:
         if token == highest:
             detail = f"fencing token {token} was already used by another holder ({holder or 'unnamed'}) on {resource!r}"
         else:
             detail = f"fencing token {token} is stale: {resource!r} already accepted {highest}"
+        if maybe_applied:
+            detail += (
+                " (an earlier attempt of this write had an unknown outcome: it may have been accepted "
+                "before the newer token's write)"
+            )
         super().__init__(detail)
         self.token = token
         self.highest = highest
+        self.maybe_applied = maybe_applied
+        """The write's outcome was unknown and a newer token wrote since: it may have been
+        accepted first (in token order, as fencing allows) — the refusal cannot tell."""
 
 
 def _parse_max(raw: str | None) -> tuple[int, str]:
@@ -112,15 +122,18 @@ class FencedResource:
         if holder is not None and ("|" in holder or not holder):
             raise ValueError(f"holder must be a non-empty owner id without '|', got {holder!r}")
         mine = holder or ""
+        uncertain = False
         while True:
             row = self._row()
             raw = row.get(_MAX)
             highest, by = _parse_max(raw)
             if token < highest or (token == highest and by != mine):
-                raise StaleFencingToken(token, highest, self.name, holder=by)
+                raise StaleFencingToken(token, highest, self.name, holder=by, maybe_applied=uncertain)
             expected: dict[str, str | None] = {_MAX: raw}
             expected.update({key: row.get(key) for key in writes})
             updates: dict[str, str | None] = {_MAX: f"{token}|{mine}", **writes}
-            if self.store.compare_and_set(self.name, expected, updates, table=VersionedTable.FENCED).applied:
+            result = self.store.compare_and_set(self.name, expected, updates, table=VersionedTable.FENCED)
+            if result.applied:
                 return
+            uncertain = uncertain or result.uncertain
             # Someone else wrote in between; re-read and re-check (never a blind retry).

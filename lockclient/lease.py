@@ -362,11 +362,20 @@ class HeldLease:
             if self.ended:
                 return self._released_clean
             for _ in range(2):
+                sent_at = self.monotonic()
                 result = store.compare_and_set(self.lock_id, {HOLDER_COLUMN: self.value}, {HOLDER_COLUMN: None})
                 if result.applied:
                     self._end(clean=True)
                     return True
                 current = result.current.get(HOLDER_COLUMN)
+                if result.uncertain and sent_at < self.valid_until():
+                    # Outcome unknown and the lock has a new holder already (a contended
+                    # hand-over on a ring). Our lease was valid when the delete left, so no
+                    # revocation could have removed our record before it (leasewatch waits
+                    # lease + grace past our last renewal): the record was ours until our
+                    # delete, which therefore applied, and the next waiter took the lock.
+                    self._end(clean=True)
+                    return True
                 if current is None and self._release_tried:
                     # Gone after an attempt of ours whose answer was lost: that was us (a
                     # revocation meanwhile would have needed our value, which only we renew).

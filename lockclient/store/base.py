@@ -138,10 +138,21 @@ class CasResult:
     ``current`` maps each column named in the call to its value as the store
     saw it when deciding (``None`` for absent). When ``applied`` is true it
     holds the values just written.
+
+    ``uncertain`` (only with ``applied`` false): the write's outcome was unknown (a
+    timeout, Cassandra's "CAS operation result is unknown") and the linearizable re-read
+    found neither our values nor the expected ones. Then either it never applied, or it
+    applied and another writer changed the row after it — the row cannot tell which.
+    (Found on a 3-node ring: an unknown proposal was completed by a later Paxos round,
+    two more increments followed, and "changed by another writer" had been reported as
+    "not applied".) Callers that know nobody else can move past their value that soon —
+    a grant, a renewal: only their owner or a revocation after ``lease + grace`` changes a
+    holder record — may read it as "not applied"; others must treat it as unknown.
     """
 
     applied: bool
     current: Mapping[str, str | None] = field(default_factory=dict)
+    uncertain: bool = False
 
 
 class CellStore(ABC):

@@ -978,12 +978,13 @@ class CassandraStore(CellStore):
                 # durably supersedes one only a minority saw) before it reads. So after it,
                 # our write either is visible or will never apply, and the row tells which
                 # (DESIGN.md §3): our values -> applied; still the expected values -> it
-                # never applied, try again; anything else -> another writer changed it.
+                # never applied, try again; anything else -> another writer changed it,
+                # before ours or after it: not applied *or unknown* (CasResult.uncertain).
                 outcome, current = self._resolve_unknown(row, table, columns, expected, updates, exc, give_up_at)
                 if outcome is Outcome.APPLIED:
                     return CasResult(applied=True, current={**expected, **updates})
                 if outcome is Outcome.CHANGED:
-                    return CasResult(applied=False, current=current)
+                    return CasResult(applied=False, current=current, uncertain=True)
                 if time.monotonic() + pause >= give_up_at:
                     raise StoreUnavailable(
                         f"compare-and-set on {row!r}: did not apply within {self._resolve_for:g} s "

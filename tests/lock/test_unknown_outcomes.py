@@ -106,6 +106,8 @@ class _Injector:
         self.session = session
         self.plan: list[tuple[Callable[[Any, dict[str, Any]], bool], str, BaseException]] = []
         self.seen = 0
+        self.between: Callable[[], None] | None = None
+        """Run after an "after" statement applied and before its exception is raised."""
 
     def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
         for i, (match, when, exc) in enumerate(self.plan):
@@ -115,6 +117,8 @@ class _Injector:
                 if when == "before":
                     raise exc
                 self.session.execute(statement, params, **kwargs)  # it applies; the answer is "lost"
+                if self.between is not None:
+                    self.between()
                 raise exc
         return self.session.execute(statement, params, **kwargs)
 
@@ -207,6 +211,53 @@ def test_cassandra_unknown_0x1700_is_resolved_in_a_lease_renewal(cassandra: Any)
         lock._lease.renew(store)
         assert record(store, lock_id).version == 3
         assert lock.release() is True
+
+
+@pytest.mark.cassandra
+def test_cassandra_unknown_outcome_then_another_writer_is_uncertain_not_failed(
+    cassandra: Any, request: pytest.FixtureRequest
+) -> None:
+    """Issue 14, seen on the 3-node ring (a racing counter ended one above its applied
+    increments): a proposal answered 0x1700 was completed by a later Paxos round and other
+    writers moved on before the re-read. "Changed by another writer" was reported as "not
+    applied"; it is *uncertain* — and the row shows ours did apply."""
+    from cassandra.protocol import ErrorMessage
+
+    store, injector = cassandra
+    row = f"u-{uuid.uuid4().hex}"
+    assert store.compare_and_set(row, {"c": None}, {"c": "1|a"}).applied
+    with open_store(request.getfixturevalue("modern_cassandra_url")) as other:
+        injector.plan.append((_is_cas, "after", ErrorMessage(0x1700, "CAS operation result is unknown", None)))
+        injector.between = lambda: assert_applied(other.compare_and_set(row, {"c": "2|a"}, {"c": "3|b"}).applied)
+        result = store.compare_and_set(row, {"c": "1|a"}, {"c": "2|a"})
+    assert injector.seen == 1
+    assert not result.applied and result.uncertain, result
+    assert result.current == {"c": "3|b"}
+
+
+def assert_applied(applied: bool) -> None:
+    assert applied
+
+
+def test_a_release_with_an_uncertain_outcome_and_a_new_holder_is_clean(store: CellStore) -> None:
+    """The Cassandra adapter answers a release whose outcome was unknown, and after which the
+    next waiter already took the lock, with ``applied=False, uncertain=True``. A lease that was
+    still valid when its delete left cannot have been revoked before it: the release landed."""
+    from lockclient.store.base import CasResult
+
+    class HandOver(FaultyStore):
+        def compare_and_set(self, row: str, expected: Any, updates: Any, **kw: Any) -> CasResult:
+            result = self.inner.compare_and_set(row, expected, updates, **kw)
+            if updates.get(HOLDER_COLUMN, "") is None and result.applied:
+                taken = HolderRecord("next-waiter", 1, 30.0, "t", 99).encode()
+                assert self.inner.compare_and_set(row, {HOLDER_COLUMN: None}, {HOLDER_COLUMN: taken}).applied
+                return CasResult(applied=False, current={HOLDER_COLUMN: taken}, uncertain=True)
+            return result
+
+    with RemoteLocker(HandOver(store), lease=30) as locker:
+        lock = locker.get_lock("u-handover")
+        assert lock.release() is True
+        assert not lock.lost.is_set(), lock.lost_reason
 
 
 def test_error_0x1700_from_the_driver_is_an_unknown_outcome() -> None:

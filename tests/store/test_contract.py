@@ -478,8 +478,18 @@ def test_cas_is_linearizable_under_racing_processes(store: CellStore, store_url:
     processes, times = 3, 15
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(processes) as pool:
-        pool.starmap(workers.cas_increment, [(store_url, row, times)] * processes)
-    assert workers.counter_value(store.read_versioned(row).get("counter")) == processes * times
+        results = pool.starmap(workers.cas_increment, [(store_url, row, times)] * processes)
+    written = [value for values, _ in results for value in values]
+    uncertain = sum(count for _, count in results)
+    final = workers.counter_value(store.read_versioned(row).get("counter"))
+    # Every increment reported applied wrote its own step of the counter: no step twice.
+    assert len({workers.counter_value(v) for v in written}) == len(written) == processes * times
+    # Nothing reported "not applied" did apply, except the attempts reported *uncertain*
+    # (a ring under contention: an unknown outcome, and other writers moved on before the
+    # re-read). On one node and on SQLite there are none, and the count is exact.
+    assert processes * times <= final <= processes * times + uncertain, (final, uncertain)
+    if uncertain:
+        print(f"\n{uncertain} uncertain outcome(s); counter {final} for {processes * times} applied")
 
 
 # -- URLs -------------------------------------------------------------------------------------

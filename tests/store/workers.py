@@ -24,20 +24,23 @@ def append_columns(url: str, row: str, prefix: str, count: int) -> None:
             store.put(Table.QUEUE, row, f"{prefix}-{i:05d}", prefix, timestamp=1_000 + i)
 
 
-def cas_increment(url: str, row: str, times: int) -> int:
-    """Increment a counter cell `times` times by read-modify-write compare-and-set; returns retries.
+def cas_increment(url: str, row: str, times: int) -> tuple[list[str], int]:
+    """Increment a counter cell `times` times by read-modify-write compare-and-set; returns the
+    values this worker's successful increments wrote and how many attempts ended *uncertain*
+    (outcome unknown and the row changed since: applied or not, nobody can tell).
 
     Values are ``"<n>|<writer>"``: unique, as the port's contract requires (lockclient/store/
     base.py) — that is what lets an unknown or re-proposed outcome be recognised as ours."""
-    retries = 0
     me = uuid.uuid4().hex
+    written: list[str] = []
+    uncertain = 0
     with open_store(url) as store:
-        done = 0
-        while done < times:
+        while len(written) < times:
             current = store.read_versioned(row).get("counter")
             nxt = f"{counter_value(current) + 1}|{me}"
-            if store.compare_and_set(row, {"counter": current}, {"counter": nxt}).applied:
-                done += 1
-            else:
-                retries += 1
-    return retries
+            result = store.compare_and_set(row, {"counter": current}, {"counter": nxt})
+            if result.applied:
+                written.append(nxt)
+            elif result.uncertain:
+                uncertain += 1
+    return written, uncertain
