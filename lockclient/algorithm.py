@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
@@ -151,15 +151,23 @@ class Algorithm(Protocol):
 
 
 def take(
-    services: Services, attempt: Acquisition, owner: str, ticket: str, fence: str | None
+    services: Services,
+    attempt: Acquisition,
+    owner: str,
+    ticket: str,
+    fence: str | None,
+    *,
+    also_expect: Mapping[str, str | None] | None = None,
 ) -> HeldLease | str | None:
     """The compare-and-set that grants the lock and issues its fencing token, in one round:
     ``~holder`` absent and ``~fence`` = n  →  ``~holder`` = me (v1, token n+1), ``~fence`` = n+1.
 
     Returns the lease when granted; the current holder's record (raw) when someone holds
     it; None when the caller should look again (the fencing counter it was told was stale
-    three times in a row). ``fence`` is the counter as the caller last read it — a hint:
-    when it is stale, the compare-and-set says so and returns the current value.
+    three times in a row, or a cell of ``also_expect`` is no longer as read). ``fence`` is the
+    counter as the caller last read it — a hint: when it is stale, the compare-and-set says
+    so and returns the current value. ``also_expect``: more cells of the lock's row the grant
+    is conditional on (the fair queue's watermark proposal, after an overlapped look).
     """
     store = attempt.store
     for _ in range(3):
@@ -167,7 +175,7 @@ def take(
         record = HolderRecord(owner, 1, services.lease, ticket, token)
         value = record.encode()
         started = services.monotonic()
-        expected = {HOLDER_COLUMN: None, FENCE_COLUMN: fence}
+        expected = {**(also_expect or {}), HOLDER_COLUMN: None, FENCE_COLUMN: fence}
         updates = {HOLDER_COLUMN: value, FENCE_COLUMN: format_fence(token, owner)}
         try:
             result = store.compare_and_set(attempt.lock_id, expected, updates)
@@ -185,6 +193,8 @@ def take(
         holder = current.get(HOLDER_COLUMN)
         if holder is not None:
             return holder
+        if also_expect and any(current.get(column) != value for column, value in also_expect.items()):
+            return None  # look again (a sequential look: it finishes the watermark handshake)
         fence = current.get(FENCE_COLUMN)
     return None
 

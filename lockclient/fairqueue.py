@@ -7,12 +7,13 @@ row in the lease table holds the **holder** (``~holder``) and the fencing counte
 
 One acquisition, top to bottom (:meth:`FairQueue.acquire`):
 
-1. **enqueue** — take a ticket from global time; write the queue cell and the lock's
-   index entry (for leasewatch) — one round trip, the two writes overlap;
-2. **look** — read the queue from the watermark and the lease row (holder, fencing
-   counter, watermarks; a plain read, no Paxos) — one round trip. The first look also
-   finishes the watermark handshake (:mod:`lockclient.watermark`): a ticket below the
-   proposed watermark queues again;
+1. **enqueue and first look** — take a ticket from global time; write the queue cell and
+   the lock's index entry (for leasewatch), and in the same round trip read the queue
+   from the watermark and the lease row (holder, fencing counter, watermarks; a plain
+   read, no Paxos) — the four requests overlap;
+2. **look** (again, after a wait) — the same two reads, one round trip. The first look
+   that starts after the enqueue finished completes the watermark handshake
+   (:mod:`lockclient.watermark`): a ticket below the proposed watermark queues again;
 3. **take** — if our ticket is first and nobody holds the lock, one compare-and-set
    grants it and issues the fencing token (:func:`lockclient.algorithm.take`);
 4. otherwise **wait** for the one thing that can let us move: the cell just ahead of
@@ -20,8 +21,18 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
    reads two queue cells at most (ours and the one ahead), so it costs the same in a
    queue of 2 or 200.
 
-So an uncontended acquisition costs two plain round trips and one Paxos round; a
+So an uncontended acquisition costs one plain round trip and one Paxos round; a
 release costs one round trip (the holder record and the queue cell, together).
+
+**Why the first look may overlap the enqueue** (issue 14: on a 3-node ring the sequential
+look made an uncontended acquire 2.7× the naive LWT lock's). What the look decides needs
+no order against our own write: FIFO is judged among the cells whose writes completed
+before the look started, which an overlapped look sees as well as a later one; our own
+cell may be missing from it, so its absence means nothing there (a later look's does).
+Only the watermark handshake needs "our cell written, *then* ``proposed`` read"; so a
+grant from an overlapped look is a compare-and-set that also expects ``proposed`` as
+read — a Paxos round, which runs after our write completed: if a publisher raised it
+meanwhile, the grant fails and a sequential look finishes the handshake.
 
 **Where this departs from the thesis, and why.** Listing 6 decides the holder with a
 contest in an owner row ("write my owner cell, read the row back: alone means
@@ -40,6 +51,7 @@ from __future__ import annotations
 
 import enum
 import random
+from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
 
@@ -50,8 +62,9 @@ from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecor
 from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, this_host, ticket_time
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
-from lockclient.store.base import Delete, Put, ReadRow, ReadVersioned
+from lockclient.store.base import Delete, Op, Put, ReadRow, ReadVersioned
 from lockclient.wake import LocalListener, LocalWakeups, Watch
+from lockclient.watermark import PROPOSED
 
 __all__ = ["FairQueue"]
 
@@ -86,9 +99,9 @@ class FairQueue:
         if not attempt.blocking and self._busy(attempt):
             return None  # listing 7, line 1: held or awaited; do not even enqueue
         while True:
-            waiter = self._enqueue(attempt)
+            waiter, first_look = self._enqueue(attempt)
             try:
-                turn = self._wait_turn(attempt, waiter)
+                turn = self._wait_turn(attempt, waiter, first_look)
             except BaseException:
                 self._withdraw(store, waiter)
                 raise
@@ -110,8 +123,9 @@ class FairQueue:
         head, row = store.execute_all([ReadRow(Table.QUEUE, lock_id, start, 1), ReadVersioned(lock_id, serial=False)])
         return bool(head) or HOLDER_COLUMN in row
 
-    def _enqueue(self, attempt: Acquisition) -> WaiterLease:
-        """Listing 5: a ticket from global time; the queue cell (our lease) and the index entry."""
+    def _enqueue(self, attempt: Acquisition) -> tuple[WaiterLease, _Look]:
+        """Listing 5: a ticket from global time; the queue cell (our lease) and the index entry
+        — and, overlapping them, the first look (see the module's docstring)."""
         store, lock_id = attempt.store, attempt.lock_id
         owner = make_owner()
         # The upper end of global time's interval: no smaller than any time another contender
@@ -119,8 +133,10 @@ class FairQueue:
         now = take_ticket_time(self.s.clock)
         waiter = WaiterLease(lock_id, owner, make_ticket(now, owner), self.s.lease, monotonic=self.s.monotonic)
         stamp = self.s.timestamps.next(now)
+        start = self.s.watermarks.start(lock_id, waiter.ticket)
+        looked_at = self.s.monotonic()
         try:
-            attempt.retrying(
+            _, _, mine_and_before, row = attempt.retrying(
                 partial(
                     store.execute_all,
                     [
@@ -128,6 +144,7 @@ class FairQueue:
                         # Every time, not only the first: leasewatch drops idle ids from the index,
                         # and a re-listing must never depend on this process remembering it.
                         Put(Table.INDEX, index_shard(lock_id), lock_id, "", stamp),
+                        *self._look_ops(lock_id, start, waiter.ticket),
                     ],
                 )
             )
@@ -140,38 +157,55 @@ class FairQueue:
         settle_ticket_time(self.s.clock, now)
         waiter.enqueued_at = self.s.monotonic()
         self.s.keeper.add_waiter(waiter)
-        return waiter
+        return waiter, _Look(mine_and_before, row, looked_at, overlapped=True)
 
-    def _wait_turn(self, attempt: Acquisition, waiter: WaiterLease) -> HeldLease | _Turn:
+    def _wait_turn(self, attempt: Acquisition, waiter: WaiterLease, first_look: _Look) -> HeldLease | _Turn:
         """Listing 6 (blocking) / 7 (not): look, take when first and free, else wait."""
         waiting = _Waiting(self.s, attempt)
         try:
-            return self._look_and_wait(attempt, waiter, waiting)
+            return self._look_and_wait(attempt, waiter, waiting, first_look)
         finally:
             waiting.close()
 
-    def _look_and_wait(self, attempt: Acquisition, waiter: WaiterLease, waiting: _Waiting) -> HeldLease | _Turn:
+    def _look_and_wait(
+        self, attempt: Acquisition, waiter: WaiterLease, waiting: _Waiting, first_look: _Look
+    ) -> HeldLease | _Turn:
         store, lock_id, ticket = attempt.store, attempt.lock_id, waiter.ticket
-        first_look = True
+        handshake_done = False
         contended = False
         delay = self.s.poll_min
         last: tuple[Watch, str | None] | None = None
+        look: _Look | None = first_look
         while True:
             seen = self.s.signals.generation(lock_id)
-            start = self.s.watermarks.start(lock_id, ticket)
-            looked_at = self.s.monotonic()
-            mine_and_before, row = attempt.retrying(partial(self._look, store, lock_id, start, ticket))
+            if look is None:
+                start = self.s.watermarks.start(lock_id, ticket)
+                looked_at = self.s.monotonic()
+                cells, row = attempt.retrying(partial(self._look, store, lock_id, start, ticket))
+                look = _Look(cells, row, looked_at, overlapped=False)
+            mine_and_before, row, looked_at = look.cells, look.row, look.looked_at
+            overlapped, look = look.overlapped, None
             _, proposed = self.s.watermarks.observe(lock_id, row)
-            if first_look:
-                first_look = False
-                if ticket_time(ticket) < proposed:
-                    return _Turn.REQUEUE  # the watermark handshake: our cell may be invisible
-            if not mine_and_before or mine_and_before[0].column != ticket:
-                return _Turn.REVOKED
-            predecessor = mine_and_before[1] if len(mine_and_before) > 1 else None
+            if ticket_time(ticket) < proposed and not handshake_done:
+                return _Turn.REQUEUE  # the watermark handshake: our cell may be invisible
+            if overlapped:
+                # Our own cell may not be visible to a read that overlapped its write.
+                if mine_and_before and mine_and_before[0].column == ticket:
+                    mine_and_before = mine_and_before[1:]
+                predecessor = mine_and_before[0] if mine_and_before else None
+                # The grant's compare-and-set checks `proposed` after our write (see above).
+                fenced_by_watermark = {PROPOSED: row.get(PROPOSED)}
+            else:
+                handshake_done = True
+                if not mine_and_before or mine_and_before[0].column != ticket:
+                    return _Turn.REVOKED
+                predecessor = mine_and_before[1] if len(mine_and_before) > 1 else None
+                fenced_by_watermark = None
             holder: str | None = row.get(HOLDER_COLUMN)
             if predecessor is None and holder is None:
-                taken = take(self.s, attempt, waiter.owner, ticket, row.get(FENCE_COLUMN))
+                taken = take(
+                    self.s, attempt, waiter.owner, ticket, row.get(FENCE_COLUMN), also_expect=fenced_by_watermark
+                )
                 if isinstance(taken, HeldLease):
                     taken.enqueued_at, taken.looked_at = waiter.enqueued_at, looked_at
                     taken.contended = contended
@@ -201,17 +235,20 @@ class FairQueue:
             waiting.wait(watch, delay * random.uniform(0.5, 1.0), seen, local=owner_host(ahead) == this_host())
 
     @staticmethod
+    def _look_ops(lock_id: str, start: str, ticket: str) -> list[Op]:
+        """One look, whatever the queue's length: our own cell and the one just ahead of it (a
+        reverse slice from our ticket down to the watermark, two cells at most: ours missing
+        means revoked, none ahead means first in line) and the lease row (holder, fencing
+        counter, watermarks; a plain read, no Paxos round)."""
+        return [
+            ReadRow(Table.QUEUE, lock_id, start, limit=2, end=ticket, reverse=True),
+            ReadVersioned(lock_id, serial=False),
+        ]
+
+    @staticmethod
     def _look(store: CellStore, lock_id: str, start: str, ticket: str) -> tuple[list[Cell], dict[str, str]]:
-        """One look, one round trip, whatever the queue's length: our own cell and the one just
-        ahead of it (a reverse slice from our ticket down to the watermark, two cells at most:
-        ours missing means revoked, none ahead means first in line) and the lease row (holder,
-        fencing counter, watermarks; a plain read, no Paxos round)."""
-        mine_and_before, row = store.execute_all(
-            [
-                ReadRow(Table.QUEUE, lock_id, start, limit=2, end=ticket, reverse=True),
-                ReadVersioned(lock_id, serial=False),
-            ]
-        )
+        """One look, one round trip."""
+        mine_and_before, row = store.execute_all(FairQueue._look_ops(lock_id, start, ticket))
         return mine_and_before, row
 
     # -- leave the queue ----------------------------------------------------------------------
@@ -250,6 +287,18 @@ class FairQueue:
             self.s.watermarks.advance(self.s.store, lock_id, ticket, token)
 
         self.s.keeper.defer(run, what="advance the watermark", lock_id=lock_id, give_up_after=self.s.lease)
+
+
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """What one look read: our cell and the one ahead (reverse order), and the lease row."""
+
+    cells: list[Cell]
+    row: dict[str, str]
+    looked_at: float
+    overlapped: bool
+    """Sent together with our enqueue: our own cell may be missing, and the watermark
+    handshake is not done by it."""
 
 
 class _Waiting:

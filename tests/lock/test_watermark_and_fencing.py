@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,8 @@ from lockclient import (
 from lockclient.lease import FENCE_COLUMN
 from lockclient.lockid import make_ticket, ticket_time
 from lockclient.store import Table
-from lockclient.watermark import WINDOW_US, parse_marks
+from lockclient.store.base import Op, Pending, Put
+from lockclient.watermark import HEAD, PROPOSED, WINDOW_US, parse_marks
 from tests.support.faulty import FaultyStore
 
 S = 1_000_000
@@ -200,3 +202,64 @@ def test_global_time_straight_from_a_shared_store_is_refused_unless_allowed(loca
 
 def test_tickets_sort_by_time_first() -> None:
     assert make_ticket(5, "b") < make_ticket(6, "a")
+
+
+class ReadsFirst(FaultyStore):
+    """The enqueue's batch as a ring can answer it: the overlapped look's reads are served
+    before our queue cell lands, and ``between`` runs in that gap (once)."""
+
+    def __init__(self, inner: CellStore, between: Callable[[list[object]], None]) -> None:
+        super().__init__(inner)
+        self.between: Callable[[list[object]], None] | None = between
+
+    def begin(self, ops: Sequence[Op]) -> Pending:
+        results = self.execute_all(ops)
+        return Pending(lambda: results)
+
+    def execute_all(self, ops: Sequence[Op]) -> list[Any]:
+        writes = [i for i, op in enumerate(ops) if isinstance(op, Put) and op.table == Table.QUEUE]
+        if self.between is None or not writes or len(ops) < 3:
+            return self.inner.execute_all(ops)
+        between, self.between = self.between, None
+        reads = [i for i in range(len(ops)) if i not in writes]
+        results: list[Any] = [None] * len(ops)
+        for i, result in zip(reads, self.inner.execute_all([ops[i] for i in reads]), strict=True):
+            results[i] = result
+        between(list(ops))
+        for i, result in zip(writes, self.inner.execute_all([ops[i] for i in writes]), strict=True):
+            results[i] = result
+        return results
+
+
+def test_a_grant_from_an_overlapped_look_still_completes_the_watermark_handshake(store: CellStore) -> None:
+    """Issue 14 overlaps the first look with the enqueue (one round trip less). A publisher that
+    raises the proposal and publishes the watermark in the gap — after our look read the row,
+    before our cell landed — must not leave us holding the lock on a ticket below it (our cell
+    hidden from everyone reading from the watermark): the grant is conditional on the proposal
+    as read, fails, and a sequential look sends us to queue again above it."""
+    clock = JumpingClock(1_000_000 * S)
+    hot_lock(store, "gap")
+    marks: list[int] = []
+
+    def publisher_in_the_gap(ops: list[object]) -> None:
+        ours = next(op for op in ops if isinstance(op, Put) and op.table == Table.QUEUE)
+        mark = ticket_time(ours.column) + S  # a holder with a ticket 11 s later proposed - 10 s
+        assert store.compare_and_set("gap", {PROPOSED: None}, {PROPOSED: str(mark)}).applied
+        assert store.compare_and_set("gap", {HEAD: None}, {HEAD: f"{mark}|5000"}).applied
+        marks.append(mark)
+        clock.value += 60 * S  # global time moved on meanwhile (the jump that made it possible)
+
+    with RemoteLocker(ReadsFirst(store, publisher_in_the_gap), clock, lease=5) as locker:
+        lock = locker.get_lock("gap", timeout=10)
+        assert marks, "the gap was not exercised"
+        assert ticket_time(lock.ticket) >= marks[0], "granted on a ticket below the published watermark"
+        assert not hidden_cells(store, "gap")
+        lock.release()
+
+
+def test_an_uncontended_acquisition_is_one_plain_round_trip_and_one_paxos_round(store: CellStore) -> None:
+    """Issue 14's critical path: the enqueue and the first look overlap, then the grant."""
+    with RemoteLocker(store, lease=5) as locker:
+        lock = locker.get_lock("short-path")
+        assert (lock.round_trips, lock.lwt_rounds) == (2, 1), lock.store_op_counts
+        lock.release()
