@@ -6,6 +6,10 @@ Needs a running Cassandra 4.x/5.x ring (the benchmark never starts one):
     CHRONOLOCK_BENCH_RING_CTL=../shared/cassandra-modern/ring41.sh CASS_HOME=... \\
     .venv/bin/python -m bench ring
 
+chronolock runs as users deploy it: 3 ``timesvc serve`` replicas and one ``leasewatch serve``
+on the same ring (started here, on free loopback ports, stopped by PID), clients with
+``TimeServiceClock`` over the three and leasewatch wake-ups.
+
 * **Uncontended**: one process, acquire + release, p50/p99, with chronolock's round trips and
   Paxos rounds counted by its store wrapper.
 * **Contended** P = 5 processes, no work inside the lock, through phases: no fault; node 3
@@ -32,7 +36,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine_info, markdown_table, percentile, write_results
+from bench.common import ServiceProcess, machine_info, markdown_table, percentile, write_results
 
 __all__ = ["run"]
 
@@ -93,15 +97,25 @@ def _prepare_schema() -> None:
 # -- workers (spawned processes) ----------------------------------------------------------------
 
 
+def _locker(store: Any) -> Any:
+    """A client as deployed: global time from the timesvc replicas, leasewatch wake-ups."""
+    from lockclient import RemoteLocker, TimeServiceClock
+    from lockclient.wake import LeasewatchWaker
+
+    urls = os.environ["CHRONOLOCK_BENCH_TIMESVC_URLS"].split(",")
+    waker = LeasewatchWaker(os.environ["CHRONOLOCK_BENCH_LEASEWATCH_URL"])
+    return RemoteLocker(store, TimeServiceClock(urls), lease=10, waker=waker)
+
+
 def _worker(kind: str, lock_id: str, out: str, stop: str, barrier: Any) -> None:
-    from lockclient import ChronolockError, RemoteLocker, open_store
+    from lockclient import ChronolockError, open_store
 
     records: list[dict[str, Any]] = []
     stop_file = Path(stop)
     pid = os.getpid()
     if kind == "chronolock":
         store = open_store(_store_url())
-        locker = RemoteLocker(store, lease=10, allow_store_clock=True)
+        locker = _locker(store)
         locker.clock.now_us()
         barrier.wait(timeout=120)
         while not stop_file.exists():
@@ -141,7 +155,7 @@ def _worker(kind: str, lock_id: str, out: str, stop: str, barrier: Any) -> None:
 
 
 def _uncontended(kind: str, n: int) -> dict[str, Any]:
-    from lockclient import RemoteLocker, open_store
+    from lockclient import open_store
 
     lock_id = f"u-{uuid.uuid4().hex[:8]}"
     total: list[float] = []
@@ -149,7 +163,7 @@ def _uncontended(kind: str, n: int) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if kind == "chronolock":
         store = open_store(_store_url())
-        locker = RemoteLocker(store, lease=10, allow_store_clock=True)
+        locker = _locker(store)
         for i in range(n + 20):
             t0 = time.perf_counter()
             lock = locker.get_lock(lock_id)
@@ -277,14 +291,24 @@ def run(*, quick: bool = False) -> dict[str, Any] | None:
         "contended": {},
     }
     n = 100 if quick else 300
-    for kind in ("naive", "chronolock"):
-        data["uncontended"][kind] = _uncontended(kind, n)
-        print(f"[ring] uncontended {kind}: {data['uncontended'][kind]}", flush=True)
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"chronolock-bench-ring-{os.getpid()}"
     workdir.mkdir(exist_ok=True)
-    for kind in ("naive", "chronolock"):
-        data["contended"][kind] = _contended(kind, workdir, phase_s, faults)
-        print(f"[ring] contended {kind}: {data['contended'][kind]}", flush=True)
+    services = [ServiceProcess("timesvc", f"ring-t{i}", _store_url(), workdir, {"REPLICAS": "3"}) for i in range(3)]
+    services.append(ServiceProcess("leasewatch", "ring-lw", _store_url(), workdir, {}))
+    try:
+        for service in services:
+            service.wait_ready(timeout=60)
+        os.environ["CHRONOLOCK_BENCH_TIMESVC_URLS"] = ",".join(s.url for s in services[:3])
+        os.environ["CHRONOLOCK_BENCH_LEASEWATCH_URL"] = services[3].url
+        for kind in ("naive", "chronolock"):
+            data["uncontended"][kind] = _uncontended(kind, n)
+            print(f"[ring] uncontended {kind}: {data['uncontended'][kind]}", flush=True)
+        for kind in ("naive", "chronolock"):
+            data["contended"][kind] = _contended(kind, workdir, phase_s, faults)
+            print(f"[ring] contended {kind}: {data['contended'][kind]}", flush=True)
+    finally:
+        for service in services:
+            service.stop()
     data["machine"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     write_results("ring", data, _markdown(data))
     return data
