@@ -310,7 +310,8 @@ def run(*, quick: bool = False) -> dict[str, Any] | None:
         for service in services:
             service.stop()
     data["machine"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
-    write_results("ring", data, _markdown(data))
+    # One file per Paxos variant (CHRONOLOCK_BENCH_PAXOS names the ring's; v1 is 4.1's default).
+    write_results(f"ring-paxos-{os.environ.get('CHRONOLOCK_BENCH_PAXOS', 'v1')}", data, _markdown(data))
     return data
 
 
