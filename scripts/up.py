@@ -22,10 +22,19 @@ BIN = Path(sys.executable).parent
 STATE = ROOT / ".chronolock"
 
 
-def port_is_free(port: int) -> bool:
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on ``host:port`` now — judged the way uvicorn binds.
+
+    uvicorn listens through asyncio's ``create_server``, which sets ``SO_REUSEADDR`` on
+    POSIX: connections of a previous run still in TIME_WAIT on the port do not stop it.
+    A bind without that option fails on them for up to a minute (Linux's 60 s TIME_WAIT)
+    after a restart, so the check binds with the same option; a port some process
+    listens on is refused either way.
+    """
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((host, port))
         except OSError:
             return False
         return True
