@@ -64,6 +64,7 @@ from lockclient.lockid import MAX_LOCK_ID_BYTES, validate_lock_id
 from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table
 from lockclient.store.opener import StoreOpener, public_error
+from lockclient.version import __version__, build_info
 from lockclient.wake import Watch
 
 __all__ = ["create_app"]
@@ -183,6 +184,20 @@ class RevocationOut(BaseModel):
     holder: bool
 
 
+class StatusOut(BaseModel):
+    replica: str
+    version: str = Field(description="chronolock version of this replica")
+    ready: bool
+    reasons: list[str]
+    last_scan_ok: bool | None
+    last_scan_age_s: float | None = Field(description="seconds since the last successful scan")
+    locks: int | None = Field(description="lock ids with live state in the last scan")
+    leases: int | None = Field(description="lease records seen in the last scan")
+    revocations: int = Field(description="revocations by this replica since it started")
+    scan_interval_s: float
+    grace_s: float
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
@@ -201,6 +216,7 @@ class Metrics:
             "leasewatch_auth_failures", "requests refused for a missing or wrong token", ["scope"], registry=r
         )
         self.gc = Counter("leasewatch_gc_purged", "tombstones and expired cells purged by GC", registry=r)
+        self.build = build_info(r, "leasewatch")
 
 
 @dataclass
@@ -568,7 +584,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     app = FastAPI(
         title="chronolock leasewatch",
         summary="Revokes dead lock holders and waiters by observation; lock introspection and wake-ups",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
     )
 
@@ -744,6 +760,25 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         ready, reasons = service.readiness()
         response.status_code = 200 if ready else 503
         return {"ready": ready, "reasons": reasons}
+
+    @app.get("/status", response_model=StatusOut, summary="Version, readiness, the last scan")
+    async def status(service: ServiceDep) -> StatusOut:
+        ready, reasons = service.readiness()
+        watcher, at = service.watcher, service.last_scan_at
+        report = watcher.last_report if watcher is not None else None
+        return StatusOut(
+            replica=settings.replica_id,
+            version=__version__,
+            ready=ready,
+            reasons=reasons,
+            last_scan_ok=service.last_scan_ok,
+            last_scan_age_s=None if at is None else round(time.monotonic() - at, 3),
+            locks=report.locks if report is not None else None,
+            leases=report.leases if report is not None else None,
+            revocations=watcher.revocations if watcher is not None else 0,
+            scan_interval_s=settings.scan_interval,
+            grace_s=settings.grace,
+        )
 
     @app.get("/metrics", response_class=Response, summary="Prometheus metrics")
     async def metrics(service: ServiceDep) -> Response:

@@ -43,6 +43,7 @@ from lockclient.logs import get_logger
 from lockclient.store import CellStore
 from lockclient.store.opener import StoreOpener, public_error
 from lockclient.store.url import parse_store_url
+from lockclient.version import __version__, build_info
 from timesvc.coalesce import Coalescer
 from timesvc.settings import TimesvcSettings
 
@@ -63,6 +64,7 @@ class ReadyResponse(BaseModel):
 
 class StatusResponse(BaseModel):
     replica: str
+    version: str = Field(description="chronolock version of this replica")
     store: str = Field(description="kind of store (sqlite, or the Cassandra keyspace); never hosts or paths")
     ready: bool
     runaway: bool = Field(description="the local wall clock is ahead of global time by more than max_skew")
@@ -112,6 +114,7 @@ class Metrics:
         self.runaway = Gauge("timesvc_runaway", "1 when the local clock is rejected as runaway", registry=r)
         self.global_time = Gauge("timesvc_global_time_seconds", "global time at the last update", registry=r)
         self.ready = Gauge("timesvc_ready", "1 when /readyz answers 200", registry=r)
+        self.build = build_info(r, "timesvc")
 
 
 @dataclass
@@ -260,6 +263,7 @@ class TimeService:
         ready, _ = self.readiness()
         return StatusResponse(
             replica=self.settings.replica_id,
+            version=__version__,
             store=self._store_kind,
             ready=ready,
             runaway=bool(last and last.runaway),
@@ -329,7 +333,7 @@ def create_app(
     app = FastAPI(
         title="chronolock timesvc",
         summary="Monotonic global time for fair distributed locks",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
     )
 
