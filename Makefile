@@ -7,8 +7,9 @@ STAMP := $(VENV)/.installed
 # Debian packages the tests use: libfaketime (skewed clocks), a Java runtime (the local
 # Cassandra 1.2 node), chromium (the leasewatch page test), libfiu's fiu-utils (I/O faults
 # injected into one live process), openssl (throw-away certificates for the TLS tests); for
-# tests/faults also util-linux (unshare, mount) and iproute2.
-DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils openssl util-linux iproute2
+# tests/faults also util-linux (unshare, mount) and iproute2; prometheus for promtool (checks and
+# unit-tests k8s/monitoring's alert rules; the package's server is not started: it has no init here).
+DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils openssl util-linux iproute2 prometheus
 # Servers of the locks bench/peers.py compares chronolock with (installed by `make bench`, not
 # `make test`); their Python clients (kazoo, redis, psycopg) are in the dev extra.
 BENCH_DEBIAN_PACKAGES := zookeeper redis-server postgresql-15 etcd-server

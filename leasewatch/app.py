@@ -56,6 +56,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, Field
 
+from leasewatch.observed import Grant, Observed
 from leasewatch.settings import LeasewatchSettings
 from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
 from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied, StoreError
@@ -217,6 +218,23 @@ class Metrics:
         )
         self.gc = Counter("leasewatch_gc_purged", "tombstones and expired cells purged by GC", registry=r)
         self.build = build_info(r, "leasewatch")
+        # What this replica saw happen (leasewatch.observed): grants, waits, store errors.
+        self.grants = Counter("leasewatch_grants_observed", "new holders seen by scans", registry=r)
+        self.waits = Histogram(
+            "leasewatch_observed_wait_seconds",
+            "ticket to first sighting as holder (errs long by up to a scan interval)",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.oldest_wait = Gauge(
+            "leasewatch_oldest_waiter_seconds", "longest wait of a queued waiter at the last scan", registry=r
+        )
+        self.oldest_wait_leases = Gauge(
+            "leasewatch_oldest_waiter_leases", "longest wait of a queued waiter, in its own lease lengths", registry=r
+        )
+        self.store_errors = Counter(
+            "leasewatch_store_errors", "store operations that failed, by kind of error", ["kind"], registry=r
+        )
 
 
 @dataclass
@@ -387,6 +405,17 @@ class WaitHub:
             self.metrics.waiters.dec()
 
 
+def observed_by(metrics: Metrics) -> Observed:
+    """An :class:`Observed` that counts what it sees in ``metrics``."""
+
+    def grant(event: Grant) -> None:
+        metrics.grants.inc()
+        if event.wait_s is not None:
+            metrics.waits.observe(event.wait_s)
+
+    return Observed(on_grant=grant, on_error=lambda event: metrics.store_errors.labels(event.kind).inc())
+
+
 def _moved(state: _LockState, watch: Watch) -> bool:
     if watch.kind == "gone":
         return watch.value not in state.tickets
@@ -403,6 +432,7 @@ class Leasewatch:
         self._owns_store = store is None
         self._opener = StoreOpener(settings.open_store)
         self.watcher: Watcher | None = None
+        self.observed = observed_by(self.metrics)
         self.hub: WaitHub | None = None
         self.last_scan_ok: bool | None = None
         self.last_scan_at: float | None = None
@@ -426,6 +456,7 @@ class Leasewatch:
                 orphan_after=self.settings.orphan_after,
                 replica_id=self.settings.replica_id,
                 on_revoke=self._count,
+                observed=self.observed,
             )
             self.hub = WaitHub(
                 self._store,
@@ -448,12 +479,15 @@ class Leasewatch:
             self.last_scan_ok, self.last_error = False, exc
             self.metrics.scans.labels("error").inc()
             log.warning("scan_failed", error=str(exc), error_type=type(exc).__name__)
+            self.observed.store_error("scan", type(exc).__name__, public_error(exc))
             return
         self.last_scan_ok, self.last_error, self.last_scan_at = True, None, time.monotonic()
         self.metrics.scans.labels("ok").inc()
         self.metrics.scan_seconds.observe(report.seconds)
         self.metrics.leases.set(report.leases)
         self.metrics.locks.set(report.locks)
+        self.metrics.oldest_wait.set(self.observed.waits.seconds)
+        self.metrics.oldest_wait_leases.set(self.observed.waits.leases)
         if report.orphans_cleared:
             self.metrics.orphans.inc(report.orphans_cleared)
 

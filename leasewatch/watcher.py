@@ -47,11 +47,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from leasewatch.observed import Observed
 from lockclient.errors import StoreError
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HolderRecord, WaiterRecord, parse_fence
 from lockclient.lockid import INDEX_SHARDS, index_shard, make_ticket
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
+from lockclient.store.opener import public_error
 from lockclient.watermark import parse_marks
 
 __all__ = ["REVOKED_CELL_SHADOW_US", "LeaseView", "LockView", "Revocation", "ScanReport", "Watcher"]
@@ -147,6 +149,7 @@ class Watcher:
         replica_id: str = "leasewatch",
         monotonic: Callable[[], float] = time.monotonic,
         on_revoke: Callable[[Revocation], None] | None = None,
+        observed: Observed | None = None,
     ) -> None:
         if grace < 0 or orphan_after <= 0:
             raise ValueError("grace must be >= 0 and orphan_after > 0")
@@ -156,6 +159,8 @@ class Watcher:
         self.replica_id = replica_id
         self._monotonic = monotonic
         self._on_revoke = on_revoke
+        self.observed = observed if observed is not None else Observed()
+        """Grants, waits and store errors as this watcher saw them (leasewatch.observed)."""
         self._lock = threading.Lock()
         self._leases: dict[tuple[str, str], _Observation] = {}
         self._orphans: dict[tuple[str, str, str], float] = {}
@@ -185,6 +190,7 @@ class Watcher:
             seen_leases: set[tuple[str, str]] = set()
             seen_orphans: set[tuple[str, str, str]] = set()
             index = self.index()
+            self.observed.begin_scan()
             for entry in index:
                 report.locks += 1
                 try:
@@ -192,12 +198,14 @@ class Watcher:
                 except StoreError as exc:
                     report.errors.append(f"{entry.column}: {exc}")
                     log.warning("scan_lock_failed", lock_id=entry.column, error=str(exc))
+                    self.observed.store_error("scan", type(exc).__name__, public_error(exc), entry.column)
             # Forget what no longer exists, so memory follows live state too.
             for key in set(self._leases) - seen_leases:
                 del self._leases[key]
             for okey in set(self._orphans) - seen_orphans:
                 del self._orphans[okey]
             listed = {c.column for c in index}
+            self.observed.end_scan(listed)
             for idle in set(self._idle) - listed:
                 del self._idle[idle]
         report.seconds = self._monotonic() - started
@@ -244,6 +252,7 @@ class Watcher:
 
         # Waiters' leases: their queue cells (the holder's own cell is covered by its record).
         holder_ticket = state.holder.ticket if state.holder is not None else None
+        waiting: list[tuple[str, float]] = []
         for cell in state.queue:
             if cell.column == holder_ticket:
                 continue
@@ -255,11 +264,17 @@ class Watcher:
             key = (lock_id, cell.column)
             seen_leases.add(key)
             report.leases += 1
+            waiting.append((cell.column, record.lease))
             unchanged = self._observe(key, cell.value, now)
             if unchanged is not None and unchanged > record.lease + self.grace:
                 if self._revoke_waiter(lock_id, cell, record, f"lease unchanged for {unchanged:.1f}s", unchanged):
                     report.revoked += 1
                 self._leases.pop(key, None)
+
+        holder = state.holder
+        self.observed.saw_lock(
+            lock_id, None if holder is None else (holder.owner, holder.token, holder.ticket), waiting
+        )
 
         # The baseline's cells: a contender's shadow or main cell without a holder record of
         # that owner blocks every later baseline attempt (ConcurrentAttempt forever).

@@ -115,6 +115,9 @@ class Metrics:
         self.global_time = Gauge("timesvc_global_time_seconds", "global time at the last update", registry=r)
         self.ready = Gauge("timesvc_ready", "1 when /readyz answers 200", registry=r)
         self.build = build_info(r, "timesvc")
+        # Settings as gauges, so alert rules compare with the configured values, not copies.
+        self.max_skew = Gauge("timesvc_max_skew_seconds", "TIMESVC_MAX_SKEW: runaway threshold", registry=r)
+        self.tick = Gauge("timesvc_tick_seconds", "TIMESVC_TICK: seconds between ticks", registry=r)
 
 
 @dataclass
@@ -142,6 +145,8 @@ class TimeService:
     ) -> None:
         self.settings = settings
         self.metrics = Metrics()
+        self.metrics.max_skew.set(settings.max_skew)
+        self.metrics.tick.set(settings.tick)
         self._store = store
         self._owns_store = store is None
         self._opener = StoreOpener(settings.open_store)
