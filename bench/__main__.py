@@ -1,4 +1,7 @@
-"""``python -m bench [all|now|locks|leasewatch|peers|ring] [--quick] [--k K] [--only PEERS]`` — see bench/README.md."""
+"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale] [--quick] [--k K] [--only PEERS] [--max-n N]``.
+
+See bench/README.md.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "now", "locks", "leasewatch", "peers", "ring"],
+        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale"],
         help="which benchmark (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite ~3 minutes)")
@@ -39,6 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PEERS",
         help="peers benchmark: comma-separated rows to run (default all), e.g. chronolock-wake,kazoo",
     )
+    parser.add_argument(
+        "--max-n",
+        type=int,
+        default=None,
+        help="largest number of live lock ids in the scale benchmark (default 100,000; with all or --quick 10,000)",
+    )
+    parser.add_argument("--only-n", type=int, default=None, help="scale benchmark: only the points with this N")
     args = parser.parse_args(argv)
     if args.k is not None and args.k < 1:
         parser.error("--k must be at least 1")
@@ -66,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         from bench import ring  # skips itself (saying why) unless CHRONOLOCK_BENCH_CASSANDRA names a ring
 
         ring.run(quick=args.quick)
+    if args.which in ("all", "scale"):
+        from bench import scale
+
+        # `make bench` (all) runs the short version, up to 10,000 lock ids; `bench scale` the whole.
+        short = args.which == "all" or args.quick
+        scale.run(quick=short, max_n=args.max_n, only_n=args.only_n)
     print(f"[bench] done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 

@@ -125,9 +125,14 @@ class ServiceProcess:
     def pid(self) -> int:
         return self.proc.pid
 
-    def status(self) -> dict[str, Any]:
-        data: dict[str, Any] = _http_get_json(f"{self.url}/status")
+    def status(self, timeout: float = 1.0) -> dict[str, Any]:
+        data: dict[str, Any] = _http_get_json(f"{self.url}/status", timeout)
         return data
+
+    def metrics(self, timeout: float = 10.0) -> str:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=timeout) as response:  # noqa: S310 - loopback
+            text: str = response.read().decode()
+            return text
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -177,8 +182,13 @@ class Fleet:
         self.processes.append(proc)
         return proc
 
-    def leasewatch(self, store_url: str, name: str, *, scan_interval: float = 1.0) -> ServiceProcess:
-        proc = ServiceProcess("leasewatch", name, store_url, self.log_dir, {"SCAN_INTERVAL": str(scan_interval)})
+    def leasewatch(
+        self, store_url: str, name: str, *, scan_interval: float = 1.0, settings: dict[str, str] | None = None
+    ) -> ServiceProcess:
+        """``settings``: more ``LEASEWATCH_*`` variables, without the prefix."""
+        proc = ServiceProcess(
+            "leasewatch", name, store_url, self.log_dir, {"SCAN_INTERVAL": str(scan_interval), **(settings or {})}
+        )
         self.processes.append(proc)
         return proc
 

@@ -3,8 +3,11 @@
 The lifespan opens the store, starts the scan job (APScheduler, every
 ``scan_interval``) and the store garbage collection job. The API:
 
-* ``GET /locks`` and ``GET /locks/{id}`` — holder, fencing token, queue in order,
-  lease ages *as this watcher observed them*;
+* ``GET /locks?limit=&after=&prefix=`` — one page of the locks with live state, in lock-id
+  order, searchable by prefix; the next page's address is in the ``Link`` header
+  (``rel="next"``), so a page costs the same at 100 lock ids as at 100,000;
+* ``GET /locks/{id}`` — holder, fencing token, queue in order, lease ages *as this watcher
+  observed them*;
 * ``GET /wait/{id}?gone=<ticket>`` or ``?holder=<owner>`` — long-poll that answers
   when that queue cell is gone (a waiter watches the one ahead of it) or the holder
   changes (the first in line watches the holder). One poller per awaited lock id
@@ -15,9 +18,17 @@ The lifespan opens the store, starts the scan job (APScheduler, every
 * ``POST /revoke/{id}`` — operator revocation, bearer token required (one of the named
   ``LEASEWATCH_ADMIN_TOKENS``; the name is recorded with the revocation);
 
+* ``/healthz``, ``/readyz`` and ``/status`` (both name the partitions this replica watches),
+  ``/metrics``, OpenAPI at ``/docs``, and a small page at ``/``.
+
 Actions put the lock id last (``/wait/{id}``, not ``/locks/{id}/wait``): a lock id may
 contain ``/``, and ``/locks/{id}`` only ever shows a lock.
-* ``/healthz``, ``/readyz``, ``/metrics``, OpenAPI at ``/docs``, and a small page at ``/``.
+
+Jobs: ``refresh`` (the partition leases, :mod:`leasewatch.partitions`) every
+``min(scan_interval, partition_lease / 6)``; ``scan`` every ``scan_interval`` over the
+partitions this replica watches; ``due`` every 50 ms (re-reads the leases whose deadline
+came, when any did); ``gc`` every ``gc_interval`` (store maintenance: SQLite tombstones in
+batches and a WAL checkpoint, with the outcome logged and the store's size in metrics).
 
 With ``LEASEWATCH_READ_TOKEN`` set, ``/locks``, ``/locks/{id}`` and ``/revocations`` (lock
 ids and owners are business identifiers) need it, or an admin token, as a bearer token.
@@ -49,6 +60,7 @@ from datetime import UTC, datetime
 from functools import partial
 from importlib import resources
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
@@ -57,6 +69,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from pydantic import BaseModel, Field
 
 from leasewatch.observed import Grant, Observed
+from leasewatch.partitions import PartitionLeases, PartitionStatus
 from leasewatch.settings import LeasewatchSettings
 from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
 from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied, StoreError
@@ -72,6 +85,9 @@ __all__ = ["create_app"]
 
 log = get_logger("leasewatch")
 
+DUE_CHECK_S = 0.05
+"""How often the due schedule is looked at (a revocation comes at most this late after its deadline)."""
+PAGE_LIMIT_MAX = 1000
 WAIT_POLL_S = 0.01
 """How often the shared poller of an awaited lock reads its head and holder."""
 MAX_WAIT_S = 30.0
@@ -185,18 +201,36 @@ class RevocationOut(BaseModel):
     holder: bool
 
 
+class LastScanOut(BaseModel):
+    locks: int = Field(description="lock ids listed in the watched partitions")
+    looked: int = Field(description="locks read in that scan (the others were not due)")
+    leases: int = Field(description="leases observed")
+    due: int = Field(description="leases on the due schedule after it")
+    revoked: int
+    seconds: float
+    errors: list[str] = Field(description="the first 10 per-lock errors")
+
+
 class StatusOut(BaseModel):
     replica: str
     version: str = Field(description="chronolock version of this replica")
     ready: bool
     reasons: list[str]
+    member: str | None = Field(description="this run's member id in the partition table")
+    partitions: list[int] = Field(description="partitions (index shards) whose lease this replica holds")
+    watching: list[int] = Field(description="partitions it scans: its own and those recently handed over")
+    replicas_seen: list[str] = Field(description="replicas it believes alive, itself included")
+    partition_error: str | None
     last_scan_ok: bool | None
     last_scan_age_s: float | None = Field(description="seconds since the last successful scan")
     locks: int | None = Field(description="lock ids with live state in the last scan")
     leases: int | None = Field(description="lease records seen in the last scan")
+    last_scan: LastScanOut | None
     revocations: int = Field(description="revocations by this replica since it started")
     scan_interval_s: float
     grace_s: float
+    partition_lease_s: float
+    store: dict[str, object] = Field(description="the last store maintenance: purged cells, file sizes, checkpoint")
 
 
 class Metrics:
@@ -226,8 +260,11 @@ class Metrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
             registry=r,
         )
+        # Set to functions of leasewatch.observed by observed_by(): aged to the scrape's time.
         self.oldest_wait = Gauge(
-            "leasewatch_oldest_waiter_seconds", "longest wait of a queued waiter at the last scan", registry=r
+            "leasewatch_oldest_waiter_seconds",
+            "longest wait of a queued waiter now (the oldest waiter of each watched lock, as of its last look)",
+            registry=r,
         )
         self.oldest_wait_leases = Gauge(
             "leasewatch_oldest_waiter_leases", "longest wait of a queued waiter, in its own lease lengths", registry=r
@@ -235,6 +272,25 @@ class Metrics:
         self.store_errors = Counter(
             "leasewatch_store_errors", "store operations that failed, by kind of error", ["kind"], registry=r
         )
+        self.looked = Gauge(
+            "leasewatch_locks_looked", "locks read in the last scan (the others were not due)", registry=r
+        )
+        self.due = Gauge(
+            "leasewatch_due_leases", "leases on the due schedule (deadline before their next look)", registry=r
+        )
+        self.due_checks = Counter("leasewatch_due_checks", "re-reads of leases at their deadline", registry=r)
+        self.partitions = Gauge(
+            "leasewatch_partitions_owned", "partitions of the lock ids this replica owns", registry=r
+        )
+        self.watching = Gauge(
+            "leasewatch_partitions_watched", "partitions scanned (owned + recently handed over)", registry=r
+        )
+        self.members = Gauge("leasewatch_replicas_seen", "leasewatch replicas this one believes alive", registry=r)
+        self.takeovers = Counter(
+            "leasewatch_partition_takeovers", "partitions taken over from a replica that stopped", registry=r
+        )
+        self.store_bytes = Gauge("leasewatch_store_bytes", "size of the store's files on disk", ["file"], registry=r)
+        self.checkpoints = Counter("leasewatch_store_checkpoints", "store journal checkpoints", ["outcome"], registry=r)
 
 
 @dataclass
@@ -413,7 +469,10 @@ def observed_by(metrics: Metrics) -> Observed:
         if event.wait_s is not None:
             metrics.waits.observe(event.wait_s)
 
-    return Observed(on_grant=grant, on_error=lambda event: metrics.store_errors.labels(event.kind).inc())
+    observed = Observed(on_grant=grant, on_error=lambda event: metrics.store_errors.labels(event.kind).inc())
+    metrics.oldest_wait.set_function(lambda: observed.longest_wait().seconds)
+    metrics.oldest_wait_leases.set_function(lambda: observed.longest_wait().leases)
+    return observed
 
 
 def _moved(state: _LockState, watch: Watch) -> bool:
@@ -433,7 +492,11 @@ class Leasewatch:
         self._opener = StoreOpener(settings.open_store)
         self.watcher: Watcher | None = None
         self.observed = observed_by(self.metrics)
+        self.partitions: PartitionLeases | None = None
+        self.partition_status: PartitionStatus | None = None
+        self.partition_error: str | None = None
         self.hub: WaitHub | None = None
+        self.last_maintenance: dict[str, object] = {}
         self.last_scan_ok: bool | None = None
         self.last_scan_at: float | None = None
         self.last_error: ChronolockError | None = None
@@ -450,31 +513,64 @@ class Leasewatch:
             if self._store is None:
                 # Backs off after failures: a wrong password must not mean a login per request.
                 self._store = await asyncio.to_thread(self._opener.open)
-            self.watcher = Watcher(
+            watcher = Watcher(
                 self._store,
                 grace=self.settings.grace,
                 orphan_after=self.settings.orphan_after,
                 replica_id=self.settings.replica_id,
                 on_revoke=self._count,
                 observed=self.observed,
+                scan_interval=self.settings.scan_interval,
+            )
+            self.partitions = PartitionLeases(
+                self._store,
+                self.settings.replica_id,
+                lease=self.settings.partition_lease,
+                grace=self.settings.grace,
+                # A partition handed over is watched on until its new owner can revoke there
+                # itself: the longest lease it holds + grace, and a few scans to be sure.
+                linger=lambda: watcher.longest_lease + self.settings.grace + 3 * self.settings.scan_interval,
             )
             self.hub = WaitHub(
                 self._store,
-                self.watcher,
+                watcher,
                 self.metrics,
                 max_waiters=self.settings.max_waiters,
                 max_waiters_per_lock=self.settings.max_waiters_per_lock,
                 poll_rate=self.settings.wait_poll_rate,
             )
+            self.watcher = watcher
         return self.watcher
 
     def _count(self, event: Revocation) -> None:
         self.metrics.revocations.labels("holder" if event.holder else "waiter").inc()
 
+    async def refresh_partitions(self) -> PartitionStatus | None:
+        try:
+            await self.ready()
+            assert self.partitions is not None
+            status = await asyncio.to_thread(self.partitions.refresh)
+        except ChronolockError as exc:
+            self.partition_error = str(exc)
+            log.warning("partition_refresh_failed", error=str(exc))
+            self.observed.store_error("partitions", type(exc).__name__, public_error(exc))
+            return None
+        before = self.partition_status.takeovers if self.partition_status is not None else 0
+        self.partition_status, self.partition_error = status, None
+        self.metrics.partitions.set(len(status.owned))
+        self.metrics.watching.set(len(status.watching))
+        self.metrics.members.set(len(status.members))
+        if status.takeovers > before:
+            self.metrics.takeovers.inc(status.takeovers - before)
+        return status
+
     async def scan(self) -> None:
         try:
             watcher = await self.ready()
-            report = await asyncio.to_thread(watcher.scan)
+            status = self.partition_status or await self.refresh_partitions()
+            if status is None:
+                raise StoreError(f"partitions unknown: {self.partition_error}")
+            report = await asyncio.to_thread(watcher.scan, status.watching)
         except ChronolockError as exc:
             self.last_scan_ok, self.last_error = False, exc
             self.metrics.scans.labels("error").inc()
@@ -486,18 +582,53 @@ class Leasewatch:
         self.metrics.scan_seconds.observe(report.seconds)
         self.metrics.leases.set(report.leases)
         self.metrics.locks.set(report.locks)
-        self.metrics.oldest_wait.set(self.observed.waits.seconds)
-        self.metrics.oldest_wait_leases.set(self.observed.waits.leases)
+        self.metrics.looked.set(report.looked)
+        self.metrics.due.set(report.due)
         if report.orphans_cleared:
             self.metrics.orphans.inc(report.orphans_cleared)
 
-    async def collect_garbage(self) -> None:
-        if self._store is None:
+    async def check_due(self) -> None:
+        watcher = self.watcher
+        if watcher is None:
             return
+        due = watcher.next_due()
+        if due is None or due > time.monotonic():
+            return  # the common case: nothing due, no thread hop
         try:
-            self.metrics.gc.inc(await asyncio.to_thread(self._store.collect_garbage))
+            report = await asyncio.to_thread(watcher.check_due)
+        except ChronolockError as exc:
+            log.warning("due_check_failed", error=str(exc))
+            self.observed.store_error("due_check", type(exc).__name__, public_error(exc))
+            return
+        self.metrics.due_checks.inc()
+        self.metrics.due.set(report.due)
+
+    async def collect_garbage(self) -> None:
+        """Store maintenance: purge tombstones (in batches), checkpoint the journal, report sizes."""
+        started = time.monotonic()
+        try:
+            store = (await self.ready()).store  # the first run may come before the first scan
+            purged = await asyncio.to_thread(store.collect_garbage)
+            self.metrics.gc.inc(purged)
+            checkpoint = await asyncio.to_thread(store.checkpoint)
+            sizes = await asyncio.to_thread(store.storage_bytes)
         except ChronolockError as exc:
             log.warning("gc_failed", error=str(exc))
+            return
+        for name, size in sizes.items():
+            self.metrics.store_bytes.labels(name).set(size)
+        outcome: dict[str, object] = {"purged": purged, "seconds": round(time.monotonic() - started, 3), **sizes}
+        if checkpoint is not None:
+            self.metrics.checkpoints.labels("busy" if checkpoint.busy else "ok").inc()
+            outcome |= {
+                "checkpoint": "busy" if checkpoint.busy else "ok",
+                "wal_frames": checkpoint.wal_frames,
+                "checkpointed_frames": checkpoint.checkpointed_frames,
+                "wal_bytes_before": checkpoint.wal_bytes_before,
+                "wal_bytes_after": checkpoint.wal_bytes_after,
+            }
+        self.last_maintenance = outcome
+        log.info("store_maintenance", **outcome)
 
     def readiness(self) -> tuple[bool, list[str]]:
         if self.last_scan_ok is None:
@@ -510,6 +641,11 @@ class Leasewatch:
         return True, []
 
     def close(self) -> None:
+        if self.partitions is not None:
+            try:
+                self.partitions.release_all()  # the others take over at once, not after a lease
+            except ChronolockError as exc:
+                log.warning("partition_release_failed", error=str(exc))
         if self._owns_store and self._store is not None:
             self._store.close()
 
@@ -606,7 +742,24 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
             coalesce=True,
             next_run_time=datetime.now(UTC),
         )
-        scheduler.add_job(service.collect_garbage, "interval", seconds=settings.gc_interval, id="gc", max_instances=1)
+        scheduler.add_job(
+            service.refresh_partitions,
+            "interval",
+            seconds=min(settings.scan_interval, settings.partition_lease / 6),
+            id="refresh",
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.add_job(service.check_due, "interval", seconds=DUE_CHECK_S, id="due", max_instances=1, coalesce=True)
+        scheduler.add_job(
+            service.collect_garbage,
+            "interval",
+            seconds=settings.gc_interval,
+            id="gc",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(UTC),  # the store's size is known from the start
+        )
         scheduler.start()
         log.info("leasewatch_started", replica=settings.replica_id, scan_interval_s=settings.scan_interval)
         try:
@@ -656,28 +809,43 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         # The page itself holds no data; it fetches /locks (with the token from the URL fragment).
         return HTMLResponse(resources.files("leasewatch").joinpath("static/index.html").read_text())
 
-    @app.get("/locks", response_model=list[LockSummary], summary="Locks with live state", responses=_REFUSALS)
-    async def locks(service: ServiceDep, authorization: AuthorizationHeader = None) -> list[LockSummary]:
+    @app.get(
+        "/locks",
+        response_model=list[LockSummary],
+        summary="One page of the locks with live state, in lock-id order",
+        description="At most `limit` locks whose id starts with `prefix`, after the id `after` (a cursor: "
+        "the last id of the previous page). The next page's address is in the `Link` header "
+        '(`rel="next"`), absent after the last page. Lease ages are this replica\'s observations '
+        "(none for locks in partitions another replica watches).",
+        responses=_REFUSALS,
+    )
+    async def locks(
+        service: ServiceDep,
+        request: Request,
+        response: Response,
+        limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX, description="locks per page")] = 100,
+        after: Annotated[
+            str | None, Query(max_length=1024, description="cursor: the last id of the page before")
+        ] = None,
+        prefix: Annotated[str, Query(max_length=1024, description="only lock ids starting with this")] = "",
+        authorization: AuthorizationHeader = None,
+    ) -> list[LockSummary]:
         require_reader(service, authorization)
         watcher = await service.ready()
-
-        def collect() -> list[LockSummary]:
-            out = []
-            for lock_id in watcher.lock_ids():
-                view = watcher.view(lock_id)
-                ages = [lease.observed_age for lease in view.leases.values() if lease.observed_age is not None]
-                out.append(
-                    LockSummary(
-                        lock_id=lock_id,
-                        holder=view.holders[0] if view.holders else None,
-                        fencing_token=view.fencing_token,
-                        queue_length=len(view.queue),
-                        oldest_lease_age_s=max(ages) if ages else None,
-                    )
-                )
-            return out
-
-        return await asyncio.to_thread(collect)
+        page, cursor = await asyncio.to_thread(watcher.page, after=after, limit=limit, prefix=prefix)
+        if cursor is not None:
+            query = urlencode({"limit": limit, "after": cursor, **({"prefix": prefix} if prefix else {})})
+            response.headers["Link"] = f'<{request.url.path}?{query}>; rel="next"'
+        return [
+            LockSummary(
+                lock_id=line.lock_id,
+                holder=line.holder,
+                fencing_token=line.fencing_token,
+                queue_length=line.queue_length,
+                oldest_lease_age_s=line.oldest_lease_age,
+            )
+            for line in page
+        ]
 
     @app.get(
         "/wait/{lock_id:path}",
@@ -793,25 +961,48 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     async def readyz(service: ServiceDep, response: Response) -> dict[str, object]:
         ready, reasons = service.readiness()
         response.status_code = 200 if ready else 503
-        return {"ready": ready, "reasons": reasons}
+        status = service.partition_status
+        return {
+            "ready": ready,
+            "reasons": reasons,
+            "partitions": sorted(status.owned) if status is not None else [],
+        }
 
-    @app.get("/status", response_model=StatusOut, summary="Version, readiness, the last scan")
+    @app.get("/status", response_model=StatusOut, summary="Version, readiness, partitions, the last scan, the store")
     async def status(service: ServiceDep) -> StatusOut:
         ready, reasons = service.readiness()
-        watcher, at = service.watcher, service.last_scan_at
+        watcher, at, parts = service.watcher, service.last_scan_at, service.partition_status
         report = watcher.last_report if watcher is not None else None
         return StatusOut(
             replica=settings.replica_id,
             version=__version__,
             ready=ready,
             reasons=reasons,
+            member=parts.member if parts is not None else None,
+            partitions=sorted(parts.owned) if parts is not None else [],
+            watching=sorted(parts.watching) if parts is not None else [],
+            replicas_seen=list(parts.members) if parts is not None else [],
+            partition_error=service.partition_error,
             last_scan_ok=service.last_scan_ok,
             last_scan_age_s=None if at is None else round(time.monotonic() - at, 3),
             locks=report.locks if report is not None else None,
             leases=report.leases if report is not None else None,
+            last_scan=None
+            if report is None
+            else LastScanOut(
+                locks=report.locks,
+                looked=report.looked,
+                leases=report.leases,
+                due=report.due,
+                revoked=report.revoked,
+                seconds=round(report.seconds, 4),
+                errors=report.errors[:10],
+            ),
             revocations=watcher.revocations if watcher is not None else 0,
             scan_interval_s=settings.scan_interval,
             grace_s=settings.grace,
+            partition_lease_s=settings.partition_lease,
+            store=service.last_maintenance,
         )
 
     @app.get("/metrics", response_class=Response, summary="Prometheus metrics")

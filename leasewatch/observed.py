@@ -1,24 +1,30 @@
 """What one leasewatch replica has *seen happen*, beyond what the store holds right now.
 
 The store says who holds a lock and who waits; it does not say when a holder was granted,
-how long the waiters ahead of it waited, or what went wrong a minute ago. A watcher reads
-every lock it watches on each scan, so it can tell — as observations, with the scan's
-resolution:
+how long the waiters ahead of it waited, or what went wrong a minute ago. A watcher *looks*
+at each lock it watches regularly (at least once per ``LOOK_FRACTION`` of its shortest lease,
+and within one scan of a new contender: :mod:`leasewatch.watcher`), so it can tell — as
+observations, with the resolution of its looks:
 
 * **grants**: a holder (owner, fencing token) not seen at the previous look is a grant.
   Its *observed wait* is the wall time of that first sighting minus its ticket (tickets are
   global time, which follows the replicas' synchronized wall clocks within ``max_skew``), so
-  it errs long by up to one scan interval plus clock skew, never short by more than the skew.
-  A holder that came and went between two looks is not seen at all.
-* **waits now**: every queued waiter's age (wall now minus its ticket), the longest one and
-  the longest in units of that waiter's own lease — what the "waited beyond N × lease" alert
-  needs, without a per-lock metric label (lock ids are unbounded).
+  it errs long by up to one look period plus clock skew, never short by more than the skew.
+  A holder that came and went between two looks is not seen at all. A holder found at the
+  first look at a lock this replica *inherited* (at its start, or by taking over a
+  partition) is recorded without a grant: it was granted while somebody else watched.
+* **waits now**: per lock, its oldest queued waiter as of the last look (ticket and lease);
+  :meth:`Observed.longest_wait` ages them to *now* when asked (a scrape), so a lock not
+  looked at in this scan still counts, and the cost is paid per scrape, not per scan. In
+  seconds and in units of that waiter's own lease — what the "waited beyond N × lease"
+  alert needs, without a per-lock metric label (lock ids are unbounded).
 * **hold time**: since the grant was first seen.
 * **store errors**: the last ones, with times and the public kind of failure.
 
 Everything here is bounded (recent grants and errors in rings; per-lock state only for
-locks that still have live state), thread-safe (scans run in a worker thread, the HTTP
-handlers in the event loop), and clocks are injectable for tests.
+locks the watcher still watches — it calls :meth:`Observed.forget` when it drops one),
+thread-safe (scans run in a worker thread, the HTTP handlers and scrapes in the event
+loop), and clocks are injectable for tests.
 """
 
 from __future__ import annotations
@@ -66,7 +72,9 @@ class StoreErrorEvent:
 
 @dataclass(frozen=True)
 class LockWaits:
-    """The longest wait among the queued waiters of all watched locks, at the last scan."""
+    """The longest wait among the queued waiters of all watched locks: ``seconds`` is the
+    longest in seconds, ``leases`` the longest in the waiter's own lease lengths (of lock
+    ``lock_id``; not necessarily the same waiter)."""
 
     seconds: float = 0.0
     leases: float = 0.0
@@ -99,67 +107,79 @@ class Observed:
         self._grants: deque[Grant] = deque(maxlen=RECENT_GRANTS)
         self._per_lock: dict[str, deque[Grant]] = {}
         self._errors: deque[StoreErrorEvent] = deque(maxlen=RECENT_ERRORS)
-        self._scan_waits = LockWaits()
-        self.waits = LockWaits()
+        self._waiting: dict[str, tuple[float, float]] = {}
+        """lock id -> (ticket seconds, lease) of its oldest waiter at the last look."""
         self.grants_seen = 0
 
     # -- fed by the watcher -------------------------------------------------------------------
-
-    def begin_scan(self) -> None:
-        self._scan_waits = LockWaits()
 
     def saw_lock(
         self,
         lock_id: str,
         holder: tuple[str, int, str] | None,
         waiters: Iterable[tuple[str, float]],
+        *,
+        inherited: bool = False,
     ) -> None:
-        """One lock as a scan read it: ``holder`` = (owner, fencing token, ticket) or None;
-        ``waiters`` = (ticket, lease seconds) of each queued waiter that does not hold it."""
-        wall = self._wall()
+        """One look at one lock: ``holder`` = (owner, fencing token, ticket) or None;
+        ``waiters`` = (ticket, lease seconds) of each queued waiter that does not hold it.
+        ``inherited``: the first look at a lock this replica did not watch before (a holder
+        found then is remembered, not counted as a grant)."""
+        oldest: tuple[float, float] | None = None  # (ticket seconds, lease) of the oldest waiter
+        for ticket, lease in waiters:
+            issued = ticket_seconds(ticket)
+            if issued is not None and (oldest is None or issued < oldest[0]):
+                oldest = (issued, lease)
+        if holder is None and oldest is None and lock_id not in self._holding and lock_id not in self._waiting:
+            return  # nothing to remember, nothing to forget (most idle locks, without the lock)
+        grant: Grant | None = None
         with self._lock:
+            if oldest is None:
+                self._waiting.pop(lock_id, None)
+            else:
+                self._waiting[lock_id] = oldest
             if holder is None:
                 self._holding.pop(lock_id, None)
             else:
                 owner, token, ticket = holder
                 known = self._holding.get(lock_id)
                 if known is None or (known.owner, known.token) != (owner, token):
+                    wall = self._wall()
                     seen = datetime.fromtimestamp(wall, UTC)
                     self._holding[lock_id] = _Holding(owner, token, self._monotonic(), seen)
-                    issued = ticket_seconds(ticket)
-                    grant = Grant(
-                        lock_id, owner, token, ticket, seen, None if issued is None else max(0.0, wall - issued)
-                    )
-                    self._grants.append(grant)
-                    self._per_lock.setdefault(lock_id, deque(maxlen=RECENT_GRANTS_PER_LOCK)).append(grant)
-                    self.grants_seen += 1
-                    if self._on_grant is not None:
-                        self._on_grant(grant)
-            longest = self._scan_waits
-            for ticket, lease in waiters:
-                issued = ticket_seconds(ticket)
-                if issued is None:
-                    continue
-                waited = max(0.0, wall - issued)
-                in_leases = waited / lease if lease > 0 else 0.0
-                seconds = max(longest.seconds, waited)
-                if in_leases > longest.leases:
-                    longest = LockWaits(seconds, in_leases, lock_id)
-                else:
-                    longest = LockWaits(seconds, longest.leases, longest.lock_id)
-            self._scan_waits = longest
+                    if not (inherited and known is None):
+                        issued = ticket_seconds(ticket)
+                        grant = Grant(
+                            lock_id, owner, token, ticket, seen, None if issued is None else max(0.0, wall - issued)
+                        )
+                        self._grants.append(grant)
+                        self._per_lock.setdefault(lock_id, deque(maxlen=RECENT_GRANTS_PER_LOCK)).append(grant)
+                        self.grants_seen += 1
+        if grant is not None and self._on_grant is not None:
+            self._on_grant(grant)
 
-    def end_scan(self, live: Iterable[str]) -> LockWaits:
-        """The scan is over: publish its longest wait, forget locks without live state."""
-        keep = set(live)
+    def forget(self, lock_id: str) -> None:
+        """The watcher no longer watches this lock (idle, or its partition went elsewhere).
+        Its grants stay in the global ring; the per-lock state goes."""
         with self._lock:
-            self.waits = self._scan_waits
-            for lock_id in set(self._holding) - keep:
-                del self._holding[lock_id]
-            # Grants of locks that went idle stay in the global ring; per-lock rings follow live locks.
-            for lock_id in set(self._per_lock) - keep:
-                del self._per_lock[lock_id]
-            return self.waits
+            self._holding.pop(lock_id, None)
+            self._waiting.pop(lock_id, None)
+            self._per_lock.pop(lock_id, None)
+
+    def longest_wait(self) -> LockWaits:
+        """The longest wait of any queued waiter now, in seconds and in its own leases, over
+        the oldest waiter of every watched lock as of its last look (a waiter granted since
+        counts until the next look: at most one look period)."""
+        wall = self._wall()
+        seconds, best = 0.0, LockWaits()
+        with self._lock:
+            for lock_id, (issued, lease) in self._waiting.items():
+                waited = max(0.0, wall - issued)
+                seconds = max(seconds, waited)
+                in_leases = waited / lease if lease > 0 else 0.0
+                if in_leases > best.leases:
+                    best = LockWaits(waited, in_leases, lock_id)
+        return LockWaits(seconds, best.leases, best.lock_id)
 
     def store_error(self, where: str, kind: str, detail: str, lock_id: str | None = None) -> None:
         event = StoreErrorEvent(datetime.fromtimestamp(self._wall(), UTC), where, kind, detail, lock_id)

@@ -48,7 +48,17 @@ class LeasewatchSettings(StoreSettings, LoggingSettings, HttpServerSettings):
         "(admin tokens work too); unset = they are open",
     )
     gc_interval: float = Field(
-        default=300.0, gt=0, le=86400, description="seconds between store garbage-collection passes"
+        default=60.0,
+        gt=0,
+        le=86400,
+        description="seconds between store maintenance passes (SQLite: tombstone GC in batches, WAL checkpoint)",
+    )
+    partition_lease: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="s a replica's claim on a partition of the lock ids lasts unrenewed; a dead replica's "
+        "partitions are taken over after this + grace",
     )
     replica_id: str = Field(
         default_factory=default_replica_id,

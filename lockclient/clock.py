@@ -91,6 +91,14 @@ DRIFT = 1e-4
 advance (100 ppm: far beyond what NTP-disciplined or even free-running quartz shows)."""
 
 
+TIGHT_US = 20_000
+"""An interval wider than this (20 ms) when a ticket is taken is narrowed by a fresh answer
+first instead of being waited out."""
+
+SETTLE_LIMIT_S = 10.0
+"""Safety bound of :meth:`Extrapolator.settle` (a ticket's wait is one round trip at most)."""
+
+
 class Extrapolator:
     """Global time between answers of a slower source (see the module docstring)."""
 
@@ -173,18 +181,32 @@ class Extrapolator:
         fresh, _ = self._fresh(now)
         if not fresh:
             return self.sample()
+        lower, upper = self._bounds(fresh, now)
+        if upper - lower > TIGHT_US:
+            # Only loose answers at hand (their round trips were slow: a paused replica, a
+            # delayed link, a busy machine): settling on one would wait that long, and a fresh
+            # answer — from whichever replica answers now — usually narrows it.
+            self.sample()
+            now = self._monotonic_ns()
+            fresh, _ = self._fresh(now)
+            lower, upper = self._bounds(fresh, now)
+        return upper
+
+    def _bounds(self, fresh: list[tuple[int, int, int]], now: int) -> tuple[int, int]:
         lower = max(self._lower(v, arrived, now) for v, _, arrived in fresh)
         # Empty intersection: global time jumped ahead after an older sample; the newer
         # samples' lower end is then the better estimate (and needs no wait).
-        return max(lower, min(self._upper(v, sent, now) for v, sent, _ in fresh))
+        return lower, max(lower, min(self._upper(v, sent, now) for v, sent, _ in fresh))
 
-    def settle(self, value_us: int, *, limit: float | None = None) -> float:
+    def settle(self, value_us: int, *, limit: float = SETTLE_LIMIT_S) -> float:
         """Wait until global time has surely passed ``value_us`` (the lower end of the interval
-        reached it), at most ``limit`` seconds (default ``max_age``); returns the time waited.
-        Without extrapolation there is nothing to wait for."""
+        reached it); returns the time waited. The wait is at most the interval's width when the
+        ticket was taken (:data:`TIGHT_US`, or one fresh round trip); ``limit`` only guards
+        against a value that did not come from :meth:`ticket_us`. Without extrapolation there
+        is nothing to wait for."""
         if self._max_age_ns == 0:
             return 0.0
-        budget_ns = int((self._max_age_ns / 1e9 if limit is None else limit) * 1e9)
+        budget_ns = int(limit * 1e9)
         start = now = self._monotonic_ns()
         while True:
             with self._lock:

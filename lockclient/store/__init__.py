@@ -19,7 +19,16 @@ are refused when the URL is parsed (:mod:`lockclient.store.url`).
 from __future__ import annotations
 
 from lockclient.errors import ConfigurationError
-from lockclient.store.base import VERSIONED_TABLE, CasResult, Cell, CellStore, Table, VersionedTable, concurrently
+from lockclient.store.base import (
+    VERSIONED_TABLE,
+    CasResult,
+    Cell,
+    CellStore,
+    CheckpointResult,
+    Table,
+    VersionedTable,
+    concurrently,
+)
 from lockclient.store.url import StoreUrl, TlsOptions, parse_store_url
 
 __all__ = [
@@ -27,6 +36,7 @@ __all__ = [
     "CasResult",
     "Cell",
     "CellStore",
+    "CheckpointResult",
     "StoreUrl",
     "Table",
     "TlsOptions",

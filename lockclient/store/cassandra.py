@@ -43,7 +43,7 @@ import ssl
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeVar
@@ -692,6 +692,10 @@ class CassandraStore(CellStore):
 
     _CONCURRENCY: ClassVar[int] = 16
     """Threads for :meth:`run_concurrently` (calls block on the driver, which is thread-safe)."""
+    _MANY_IN_FLIGHT: ClassVar[int] = 128
+    """Requests in flight at once for the many-rows reads (leasewatch's scan): enough to hide the
+    round trip, and a bound, so that a scan of 100,000 lock ids never queues 100,000 requests in
+    the driver at once or starves the lock clients' requests on the same nodes."""
 
     def __init__(
         self,
@@ -885,6 +889,94 @@ class CassandraStore(CellStore):
 
         return Pending(finish)
 
+    # -- many rows at once: bounded concurrency -------------------------------------------------------
+
+    def _run_many(self, plans: Sequence[_Plan]) -> list[Any]:
+        """Every plan's result, in order: at most ``_MANY_IN_FLIGHT`` requests in flight, the next
+        sent as soon as one answers (the driver's futures; no extra threads). Results are
+        finished on this thread — a result set that pages on fetches its next page here, never on
+        the driver's event loop. If any fails, the first error (in plan order) is raised after
+        every request has answered."""
+        if self._closed:
+            raise StoreError(f"the Cassandra store {self._redacted} is closed")
+        answered: queue.SimpleQueue[int] = queue.SimpleQueue()
+        futures: dict[int, Any] = {}
+        unsent: dict[int, BaseException] = {}
+
+        def send(i: int) -> None:
+            plan = plans[i]
+            try:
+                futures[i] = self._session.execute_async(plan.query[0], plan.query[1], execution_profile=plan.profile)
+            except Exception as exc:
+                unsent[i] = exc
+                answered.put(i)
+                return
+            # The callbacks only say which request answered (a callback's argument is the first
+            # page of rows, not the result set); the result is taken from the future below.
+            futures[i].add_callbacks(
+                callback=lambda _rows, i=i: answered.put(i), errback=lambda _e, i=i: answered.put(i)
+            )
+
+        results: list[Any] = [None] * len(plans)
+        failed: list[tuple[int, StoreError]] = []
+        sent = 0
+        while sent < min(len(plans), self._MANY_IN_FLIGHT):
+            send(sent)
+            sent += 1
+        done: set[int] = set()
+        while len(done) < len(plans):
+            i = answered.get()
+            if i in done:
+                # A future can answer twice: with speculative execution (idempotent reads go to a
+                # second replica after speculate_after) both responses may fire the callbacks.
+                continue
+            done.add(i)
+            if sent < len(plans):
+                send(sent)
+                sent += 1
+            failure: BaseException | None = unsent.get(i)
+            if failure is None:
+                try:
+                    results[i] = plans[i].finish(futures.pop(i).result())
+                    continue
+                except Exception as exc:
+                    failure = exc
+            failed.append((i, translate_error(failure, plans[i].what)))
+        if failed:
+            raise min(failed, key=lambda f: f[0])[1]
+        return results
+
+    def read_rows_many(
+        self,
+        table: Table,
+        rows: Iterable[str],
+        starts: Mapping[str, str] | None = None,
+        *,
+        newer_than: int | None = None,
+    ) -> dict[str, list[Cell]]:
+        """One slice per row from its own start (so a queue read skips the tombstones below its
+        watermark), ``_MANY_IN_FLIGHT`` at a time, token-aware: each goes to a replica of its row.
+        CQL cannot select by ``WRITETIME``: ``newer_than`` filters the answers here."""
+        wanted = list(dict.fromkeys(rows))
+        bounds = starts or {}
+        plans = [self._plan(ReadRow(table, row, bounds.get(row, ""))) for row in wanted]
+        out: dict[str, list[Cell]] = {}
+        for row, found in zip(wanted, self._run_many(plans), strict=True):
+            cells = found if newer_than is None else [cell for cell in found if cell.timestamp > newer_than]
+            if cells:
+                out[row] = cells
+        return out
+
+    def read_versioned_many(
+        self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
+    ) -> dict[str, dict[str, str]]:
+        wanted = list(dict.fromkeys(rows))
+        if serial:
+            # Paxos rounds chase contention with retries (read_versioned): one at a time.
+            return super().read_versioned_many(wanted, table=table, serial=True)
+        plans = [self._plan(ReadVersioned(row, table, serial=False)) for row in wanted]
+        return {row: cells for row, cells in zip(wanted, self._run_many(plans), strict=True) if cells}
+
     # -- the versioned table ----------------------------------------------------------------------
 
     def _modern(self) -> _ModernDialect:
@@ -964,27 +1056,35 @@ class CassandraStore(CellStore):
         settled by sending that one again through :meth:`compare_and_set`, which recognises its
         own earlier success by value (values are unique) or resolves it by re-reading."""
         dialect = self._modern()
-        answers: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
-        waiting = 0
+        # The callbacks only say *which* request answered: a callback's argument is the first page
+        # of rows, not the result set (no ``was_applied``), so the answer is taken from the future
+        # on this thread. Each index is taken once (a future's callbacks may fire twice).
+        answered: queue.SimpleQueue[int] = queue.SimpleQueue()
+        futures: dict[int, Any] = {}
+        failed_to_send: dict[int, BaseException] = {}
         for index, op in enumerate(ops):
             check_cas_arguments(op.expected, op.updates)
             try:
                 batch = self._statement(dialect.cas_batch, op.table.value, op.row, op.expected, op.updates)
-                future = self._session.execute_async(batch, None, execution_profile=PROFILE_CAS)
+                futures[index] = self._session.execute_async(batch, None, execution_profile=PROFILE_CAS)
             except Exception as exc:
-                answers.put((index, None, exc))
-                waiting += 1
+                failed_to_send[index] = exc
+                answered.put(index)
                 continue
-            future.add_callbacks(
-                callback=lambda result, i=index: answers.put((i, result, None)),
-                errback=lambda exc, i=index: answers.put((i, None, exc)),
+            futures[index].add_callbacks(
+                callback=lambda _rows, i=index: answered.put(i), errback=lambda _exc, i=index: answered.put(i)
             )
-            waiting += 1
-        for _ in range(waiting):
-            index, result, failure = answers.get()
+        done: set[int] = set()
+        while len(done) < len(ops):
+            index = answered.get()
+            if index in done:
+                continue
+            done.add(index)
             op = ops[index]
+            failure: BaseException | None = failed_to_send.get(index)
             if failure is None:
                 try:
+                    result = futures[index].result()
                     yield index, self._cas_result(result, columns_of(op.expected, op.updates), op.expected, op.updates)
                     continue
                 except Exception as exc:

@@ -39,7 +39,7 @@ Why the table options are what they are:
   it may be lowered to the hint window, 10800 s; lower values are refused. Even a
   resurrected queue cell is not fatal: nobody renews it, so leasewatch clears it
   like any dead waiter.
-* **The LWT tables** (``lock_lease``, ``fenced_resource``) are never written
+* **The LWT tables** (``lock_lease``, ``fenced_resource``, ``leasewatch_partition``) are never written
   without ``IF``: plain writes carry a client/coordinator timestamp that bypasses
   Paxos ballots, so a plain write could be reordered with (or silently lost
   against) a conditional one. The adapter only ever writes them through
@@ -81,7 +81,8 @@ __all__ = [
 SCHEMA_VERSION: int = 2
 """Bumped whenever a statement below changes; written into every table's comment.
 v2: the owner and watermark tables are gone (the holder and the watermarks live in the lease row),
-and fenced resources have their own LWT table."""
+fenced resources have their own LWT table, and leasewatch replicas share the lock-id space through
+``leasewatch_partition`` (added before v2 was released, so without a bump)."""
 
 TABLES: Final[tuple[str, ...]] = (*(str(t) for t in Table), *(str(t) for t in VersionedTable))
 LWT_TABLES: Final[tuple[str, ...]] = tuple(str(t) for t in VersionedTable)
@@ -105,6 +106,7 @@ _PURPOSE: Final[dict[str, str]] = {
     Table.BACKOFF_SHADOW.value: "baseline algorithm shadow row (benchmarks)",
     VersionedTable.LEASE.value: "holder lease records, fencing counters, queue watermarks; written ONLY with LWT (IF)",
     VersionedTable.FENCED.value: "fenced resources (highest token + keys); written ONLY with LWT (IF)",
+    VersionedTable.PARTITION.value: "leasewatch replicas and the partitions each watches; written ONLY with LWT (IF)",
 }
 
 

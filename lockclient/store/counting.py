@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -28,6 +28,7 @@ from lockclient.store.base import (
     CasResult,
     Cell,
     CellStore,
+    CheckpointResult,
     CompareAndSet,
     Delete,
     Get,
@@ -125,6 +126,23 @@ class CountingStore(CellStore):
         self._count("read_versioned" if serial else "read_versioned_hint", lwt=serial)
         return self.inner.read_versioned(row, table=table, serial=serial)
 
+    def read_rows_many(
+        self,
+        table: Table,
+        rows: Iterable[str],
+        starts: Mapping[str, str] | None = None,
+        *,
+        newer_than: int | None = None,
+    ) -> dict[str, list[Cell]]:
+        self._count("read_rows_many")
+        return self.inner.read_rows_many(table, rows, starts, newer_than=newer_than)
+
+    def read_versioned_many(
+        self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
+    ) -> dict[str, dict[str, str]]:
+        self._count("read_versioned_many", lwt=serial)
+        return self.inner.read_versioned_many(rows, table=table, serial=serial)
+
     def compare_and_set(
         self,
         row: str,
@@ -186,6 +204,12 @@ class CountingStore(CellStore):
 
     def collect_garbage(self) -> int:
         return self.inner.collect_garbage()
+
+    def checkpoint(self) -> CheckpointResult | None:
+        return self.inner.checkpoint()
+
+    def storage_bytes(self) -> dict[str, int]:
+        return self.inner.storage_bytes()
 
     def close(self) -> None:
         """The wrapped store belongs to the caller."""

@@ -28,7 +28,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -37,6 +37,7 @@ from lockclient.store.base import (
     CasResult,
     Cell,
     CellStore,
+    CheckpointResult,
     CompareAndSet,
     Table,
     VersionedTable,
@@ -68,11 +69,38 @@ CREATE TABLE IF NOT EXISTS cas_cells (
     value TEXT NOT NULL,
     PRIMARY KEY (tbl, row, col)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS cells_live ON cells (cf, row, col) WHERE dead = 0;
+CREATE INDEX IF NOT EXISTS cells_tombstones ON cells (applied_at) WHERE dead = 1;
+CREATE INDEX IF NOT EXISTS cells_expiring ON cells (expires_at) WHERE expires_at IS NOT NULL;
 """
+# Why the three indexes (all partial, so each holds only what its readers look for):
+# * cells_live: reads of live cells (row slices, many rows at once) walk only live cells, never the
+#   tombstones a busy queue row collects between garbage collections (gc_grace, an hour by default);
+# * cells_tombstones, cells_expiring: garbage collection finds what it may purge without a full
+#   table scan, and deletes it in small batches (see collect_garbage).
 
 _SCHEMA_VERSION = 2
 """``PRAGMA user_version`` of a store file this code wrote. Version 1 (chronolock 0.1.0) kept
-one versioned table, ``versioned``, that lock leases and fenced resources shared."""
+one versioned table, ``versioned``, that lock leases and fenced resources shared. (Version 2 is
+unreleased; its partial indexes and the ``leasewatch_partition`` namespace were added to it
+without a bump: ``CREATE INDEX IF NOT EXISTS`` adds them to a file an earlier build wrote.)"""
+
+_CHUNK = 500
+"""Rows per ``row IN (...)`` query (well below SQLite's bound-parameter limit)."""
+_SCAN_FRACTION = 0.25
+"""A many-rows read that asks for at least this share of a table's rows walks the whole table
+once instead of seeking each row (measured: a seek costs 2–4 times as much as a step of a walk)."""
+_SIZE_TTL_S = 30.0
+"""How long a table's row count, used for that choice, is reused before it is counted again."""
+GC_BATCH = 1000
+"""Cells purged per transaction: each batch holds the database's write lock for a few ms only."""
+GC_PAUSE_S = 0.002
+"""Pause between two batches, so that writers waiting for the lock get it in between."""
+CHECKPOINT_BUSY_MS = 200
+"""How long a checkpoint waits for readers and writers to let it finish. A TRUNCATE checkpoint
+blocks new writers while it waits, so this must stay far below a lease's renewal interval."""
+JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
+"""Bytes the write-ahead log file is cut back to whenever it restarts from its beginning."""
 
 # Cassandra's reconciliation, as an upsert guard (see module docstring).
 _UPSERT = """
@@ -112,6 +140,13 @@ def _cas_in_transaction(conn: sqlite3.Connection, op: CompareAndSet) -> CasResul
     return CasResult(applied=True, current=current)
 
 
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 class SQLiteStore(CellStore):
     """:class:`CellStore` on one SQLite file. Safe to share between threads and processes."""
 
@@ -125,6 +160,7 @@ class SQLiteStore(CellStore):
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._closed = False
+        self._sizes: dict[tuple[str, str], tuple[float, int]] = {}
         directory = os.path.dirname(os.path.abspath(path))
         try:
             os.makedirs(directory, exist_ok=True)
@@ -196,6 +232,8 @@ class SQLiteStore(CellStore):
             # NORMAL is durable across process crashes in WAL mode (only an OS crash
             # can lose the last transactions) — the failure model of a lock service.
             conn.execute("PRAGMA synchronous = NORMAL")
+            # Without a limit the log file keeps the size of its largest burst forever.
+            conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
             self._local.conn = conn
             with self._connections_lock:
                 self._connections.append(conn)
@@ -289,12 +327,84 @@ class SQLiteStore(CellStore):
         params += [time.time(), -1 if limit is None else limit]
         rows = self._run(
             lambda c: c.execute(
-                f"SELECT col, value, ts FROM cells WHERE cf = ? AND row = ? AND col >= ? {upper}AND {_LIVE} "
-                f"ORDER BY col {order} LIMIT ?",
+                f"SELECT col, value, ts FROM cells INDEXED BY cells_live "
+                f"WHERE cf = ? AND row = ? AND col >= ? {upper}AND {_LIVE} ORDER BY col {order} LIMIT ?",
                 params,
             ).fetchall()
         )
-        return [Cell(col, value, ts) for col, value, ts in rows]
+        return list(map(Cell._make, rows))
+
+    def read_rows_many(
+        self,
+        table: Table,
+        rows: Iterable[str],
+        starts: Mapping[str, str] | None = None,
+        *,
+        newer_than: int | None = None,
+    ) -> dict[str, list[Cell]]:
+        wanted = list(dict.fromkeys(rows))
+        if not wanted:
+            return {}
+        bounds = starts or {}
+        cf = str(table)
+
+        def run(conn: sqlite3.Connection) -> dict[str, list[Cell]]:
+            out: dict[str, list[Cell]] = {}
+            now = time.time()
+            walk = self._walk_is_cheaper(conn, "cells", cf, len(wanted))
+            want = set(wanted) if walk else None
+            # Filtered here, in SQLite: an unchanged cell costs no Python object at all.
+            newer, since = ("AND ts > ? ", (newer_than,)) if newer_than is not None else ("", ())
+            queries: list[tuple[str, Sequence[object]]] = []
+            if walk:
+                sql = f"SELECT row, col, value, ts FROM cells INDEXED BY cells_live WHERE cf = ? {newer}AND {_LIVE}"
+                queries.append((sql, (cf, *since, now)))
+            else:
+                for i in range(0, len(wanted), _CHUNK):
+                    chunk = wanted[i : i + _CHUNK]
+                    sql = (
+                        "SELECT row, col, value, ts FROM cells INDEXED BY cells_live "
+                        f"WHERE cf = ? AND row IN ({','.join('?' * len(chunk))}) {newer}AND {_LIVE}"
+                    )
+                    queries.append((sql, (cf, *chunk, *since, now)))
+            # Rows arrive grouped, each in column order (the index is (cf, row, col)): one lookup
+            # per row, not per cell.
+            last: str | None = None
+            cells: list[Cell] = []
+            bound = ""
+            skip = False
+            for sql, params in queries:
+                for row, col, value, ts in conn.execute(sql, params):
+                    if row != last:
+                        last = row
+                        skip = want is not None and row not in want
+                        if not skip:
+                            cells = out.setdefault(row, [])
+                            bound = bounds.get(row, "")
+                    if not skip and col >= bound:
+                        cells.append(Cell(col, value, ts))
+            return {row: found for row, found in out.items() if found}
+
+        # Both walks visit each row's cells in index order (cf, row, col): column order.
+        return self._run(run)
+
+    def _walk_is_cheaper(self, conn: sqlite3.Connection, kind: str, name: str, asked: int) -> bool:
+        """Walk the whole table instead of seeking each asked row? Only for big asks: a table's
+        row count is counted (on its index, a few ms per 100,000 rows) at most every
+        ``_SIZE_TTL_S`` seconds."""
+        if asked < _CHUNK:
+            return False
+        key = (kind, name)
+        now = time.monotonic()
+        cached = self._sizes.get(key)
+        if cached is None or now - cached[0] > _SIZE_TTL_S:
+            if kind == "cells":
+                sql = "SELECT count(*) FROM cells INDEXED BY cells_live WHERE cf = ? AND dead = 0"
+            else:
+                sql = "SELECT count(DISTINCT row) FROM cas_cells WHERE tbl = ?"
+            cached = (now, conn.execute(sql, (name,)).fetchone()[0])
+            self._sizes[key] = cached
+        return asked >= _SCAN_FRACTION * cached[1]
 
     # -- versioned tables ----------------------------------------------------------
 
@@ -308,6 +418,43 @@ class SQLiteStore(CellStore):
             ).fetchall()
         )
         return dict(rows)
+
+    def read_versioned_many(
+        self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
+    ) -> dict[str, dict[str, str]]:
+        wanted = list(dict.fromkeys(rows))
+        if not wanted:
+            return {}
+        tbl = table.value
+
+        def run(conn: sqlite3.Connection) -> dict[str, dict[str, str]]:
+            out: dict[str, dict[str, str]] = {}
+            walk = self._walk_is_cheaper(conn, "cas", tbl, len(wanted))
+            want = set(wanted) if walk else None
+            queries: list[tuple[str, Sequence[object]]] = []
+            if walk:
+                queries.append(("SELECT row, col, value FROM cas_cells WHERE tbl = ?", (tbl,)))
+            else:
+                for i in range(0, len(wanted), _CHUNK):
+                    chunk = wanted[i : i + _CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    sql = f"SELECT row, col, value FROM cas_cells WHERE tbl = ? AND row IN ({marks})"
+                    queries.append((sql, (tbl, *chunk)))
+            last: str | None = None
+            cells: dict[str, str] = {}
+            skip = False
+            for sql, params in queries:
+                for row, col, value in conn.execute(sql, params):
+                    if row != last:
+                        last = row
+                        skip = want is not None and row not in want
+                        if not skip:
+                            cells = out.setdefault(row, {})
+                    if not skip:
+                        cells[col] = value
+            return out
+
+        return self._run(run)
 
     def compare_and_set(
         self,
@@ -347,15 +494,66 @@ class SQLiteStore(CellStore):
 
     # -- housekeeping --------------------------------------------------------------
 
-    def collect_garbage(self) -> int:
+    def collect_garbage(self, *, batch: int = GC_BATCH, pause: float = GC_PAUSE_S) -> int:
+        """Purge tombstones applied more than ``gc_grace`` ago and cells expired that long ago,
+        ``batch`` cells per transaction found through their partial indexes: the cost follows
+        what is purged, not the size of the store, and no transaction holds the write lock for
+        long (the old single ``DELETE`` scanned the whole table under the lock)."""
+        if batch <= 0:
+            raise ValueError(f"batch must be positive, got {batch}")
         cutoff = time.time() - self._gc_grace
-        cursor = self._run(
-            lambda c: c.execute(
-                "DELETE FROM cells WHERE (dead = 1 AND applied_at < ?) OR (expires_at IS NOT NULL AND expires_at < ?)",
-                (cutoff, cutoff),
+        purged = 0
+        for index, condition in (
+            ("cells_tombstones", "dead = 1 AND applied_at < ?"),
+            ("cells_expiring", "expires_at IS NOT NULL AND expires_at < ?"),
+        ):
+            sql = (
+                "DELETE FROM cells WHERE (cf, row, col) IN "
+                f"(SELECT cf, row, col FROM cells INDEXED BY {index} WHERE {condition} LIMIT ?)"
             )
+
+            def purge(conn: sqlite3.Connection, sql: str = sql) -> int:
+                return conn.execute(sql, (cutoff, batch)).rowcount
+
+            while True:
+                done = self._run(purge)
+                purged += done
+                if done < batch:
+                    break
+                time.sleep(pause)
+        return purged
+
+    def checkpoint(self) -> CheckpointResult:
+        """``PRAGMA wal_checkpoint(TRUNCATE)``: copy the write-ahead log into the database and cut
+        the log file to zero bytes. It needs a moment with no reader on old pages and blocks new
+        writers while it waits, so it waits at most ``CHECKPOINT_BUSY_MS``; a busy outcome is
+        reported (and the log is cut back at a later attempt, or to ``JOURNAL_SIZE_LIMIT`` when
+        it next restarts)."""
+        wal = f"{self._path}-wal"
+        before = _size(wal)
+        started = time.monotonic()
+
+        def run(conn: sqlite3.Connection) -> tuple[int, int, int]:
+            conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_BUSY_MS}")
+            try:
+                busy, frames, done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            return int(busy), int(frames), int(done)
+
+        busy, frames, done = self._run(run)
+        return CheckpointResult(
+            busy=bool(busy),
+            wal_frames=max(frames, 0),
+            checkpointed_frames=max(done, 0),
+            wal_bytes_before=before,
+            wal_bytes_after=_size(wal),
+            seconds=time.monotonic() - started,
         )
-        return cursor.rowcount
+
+    def storage_bytes(self) -> dict[str, int]:
+        files = (("database", ""), ("wal", "-wal"), ("shm", "-shm"))
+        return {name: _size(self._path + suffix) for name, suffix in files}
 
     def close(self) -> None:
         self._closed = True

@@ -112,13 +112,15 @@ def test_sigkill_of_lockctl_kills_the_command_and_its_grandchild_at_once(
     wait_for(
         lambda: not can_run(command) and not can_run(grandchild),
         "the command and its grandchild to die",
-        timeout=5.0,
+        timeout=8.0,
         interval=0.001,
     )
     elapsed = time.monotonic() - killed_at
     assert supervisor.wait(timeout=WAIT) < 0
-    # Well before the lease (10 s from the last renewal, plus leasewatch's grace) could be revoked.
-    assert elapsed < 1.0, f"the command outlived lockctl by {elapsed:.3f} s"
+    # The guarantee: gone before the lease (10 s from the last renewal, plus leasewatch's grace)
+    # could be revoked. PDEATHSIG acts at once (milliseconds, printed below); the bound is half
+    # the lease so that a loaded machine cannot turn scheduling delay into a failure.
+    assert elapsed < 5.0, f"the command outlived lockctl by {elapsed:.3f} s"
     wait_for(lambda: not can_run(watchdogs[0]), "the watchdog to exit after its work")
     # lockctl could not release: the lock stays held until leasewatch revokes it, with nobody running.
     assert status(env, "job")["held"] is True

@@ -5,7 +5,7 @@ a client, a waiter queued behind it, a revocation already recorded. For every op
 services publish, schemathesis draws valid (positive) and invalid (negative) requests; every
 answer must be below 500, and every *rejected* request (4xx) must leave the state as it was:
 the same holders, queue, lease owners and fencing token of every lock, and the same revocations.
-``POST /locks/{id}/revoke`` is fuzzed both without credentials (always rejected) and with the
+``POST /revoke/{id}`` is fuzzed both without credentials (always rejected) and with the
 admin token (so the positive path runs too, on generated lock ids that never hold our locks).
 """
 
@@ -37,7 +37,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning"),
 ]
 
-TOKEN = "fuzz-admin-token"
+TOKEN = "fuzz-admin-token-0123456789abcdef0123"  # at least 32 characters (issue 16)
 EXAMPLES = 30
 """Per operation and generation mode (operations without parameters need only a couple)."""
 LOCKS = ("fuzz:held", "fuzz:other")
@@ -88,7 +88,7 @@ def stack(processes: Fleet, sqlite_url: str) -> Iterator[Stack]:
         # One revocation on record, so /revocations has content to keep unchanged.
         doomed = locker.get_lock(LOCKS[1], timeout=10)
         httpx.post(
-            f"{leasewatch.url}/locks/{LOCKS[1].replace(':', '%3A')}/revoke",
+            f"{leasewatch.url}/revoke/{LOCKS[1].replace(':', '%3A')}",
             headers={"Authorization": f"Bearer {TOKEN}"},
             timeout=10,
         ).raise_for_status()

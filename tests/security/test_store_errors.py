@@ -75,6 +75,7 @@ def test_full_disk_is_the_store_failing_not_a_runaway_clock(tmp_path: Path) -> N
     import asyncio
 
     from lockclient.errors import StoreError
+    from lockclient.globaltime import GlobalTimeNotCurrent
     from tests.support.faulty import FaultyStore
     from timesvc.app import TimeService
     from timesvc.settings import TimesvcSettings
@@ -94,7 +95,10 @@ def test_full_disk_is_the_store_failing_not_a_runaway_clock(tmp_path: Path) -> N
 
     async def run() -> None:
         await service.tick()  # publishes this replica's clock reading: a write, fails
-        await service.now()  # no write needed (it may not publish its "runaway" clock): served
+        # No write needed to answer, but this replica has never been in sync with GlobalTime
+        # (stale, and it cannot tell that from its own clock running ahead): 503, not a time.
+        with pytest.raises(GlobalTimeNotCurrent):
+            await service.now()
 
     asyncio.run(run())
     ready, reasons = service.readiness()

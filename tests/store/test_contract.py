@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lockclient.errors import ConfigurationError
-from lockclient.store import CellStore, Table, VersionedTable, open_store, parse_store_url
+from lockclient.store import CasResult, CellStore, Table, VersionedTable, open_store, parse_store_url
+from lockclient.store.base import CompareAndSet, Put
 from lockclient.store.sqlite import SQLiteStore
 from tests.store import workers
 
@@ -253,6 +254,9 @@ def test_versioned_tables_are_separate_namespaces(store: CellStore) -> None:
     assert store.compare_and_set(row, {"x": None}, {"x": "fenced"}, table=VersionedTable.FENCED).applied
     assert store.read_versioned(row) == {"x": "lease"}
     assert store.read_versioned(row, table=VersionedTable.FENCED, serial=False) == {"x": "fenced"}
+    assert store.read_versioned(row, table=VersionedTable.PARTITION) == {}
+    assert store.compare_and_set(row, {"x": None}, {"x": "partition"}, table=VersionedTable.PARTITION).applied
+    assert store.read_versioned(row) == {"x": "lease"}
 
 
 def test_plain_read_of_a_versioned_row_sees_completed_writes(store: CellStore) -> None:
@@ -334,6 +338,138 @@ def test_put_cells_with_ttl(store: CellStore) -> None:
     while store.read_row(Table.GLOBAL_TIME, row):
         assert time.monotonic() < deadline, "TTL'd cells did not expire"
         time.sleep(0.2)
+
+
+# -- many rows at once (leasewatch's scan) --------------------------------------------------------
+
+
+def test_read_rows_many_reads_each_row_from_its_own_start(store: CellStore) -> None:
+    a, b, c, empty, gone = (fresh_row() for _ in range(5))
+    for name in ("t1", "t2", "t3"):
+        store.put(Table.QUEUE, a, name, f"a-{name}", timestamp=10)
+    store.put(Table.QUEUE, b, "x", "b-x", timestamp=10)
+    store.put(Table.QUEUE, b, "y", "b-y", timestamp=12)
+    store.put(Table.QUEUE, c, "only", "c", timestamp=10)
+    store.put(Table.QUEUE, gone, "z", "z", timestamp=10)
+    store.delete(Table.QUEUE, gone, "z", timestamp=11)  # a row of tombstones only: left out
+    store.delete(Table.QUEUE, a, "t2", timestamp=11)
+    store.put(Table.BACKOFF_MAIN, empty, "other-table", "v", timestamp=10)
+
+    got = store.read_rows_many(Table.QUEUE, [a, b, c, empty, gone, a], starts={b: "y", c: "p"})
+    assert set(got) == {a, b}, "rows without live cells (from their start) are left out"
+    assert [(x.column, x.value, x.timestamp) for x in got[a]] == [("t1", "a-t1", 10), ("t3", "a-t3", 10)]
+    assert [(x.column, x.value, x.timestamp) for x in got[b]] == [("y", "b-y", 12)]
+    assert store.read_rows_many(Table.QUEUE, []) == {}
+    # Exactly what read_row answers, row by row.
+    for row, cells in got.items():
+        assert cells == store.read_row(Table.QUEUE, row, start={b: "y"}.get(row, ""))
+
+
+def test_read_rows_many_over_more_rows_than_one_query_takes(store: CellStore) -> None:
+    """1,200 rows: several chunks (SQLite: 500 rows per query), and first a small share of the
+    table (each row sought) then all of it (SQLite walks the table instead): same answers."""
+    prefix = fresh_row()
+    rows = [f"{prefix}-{i:04d}" for i in range(1200)]
+    puts = [Put(Table.INDEX, row, f"col-{j}", f"{row}/{j}", 100 + j) for row in rows for j in range(i_cells(row))]
+    for i in range(0, len(puts), 200):  # groups: a busy 3-node ring times out 2,400 writes sent at once
+        store.execute_all(puts[i : i + 200])
+    for row in rows[::7]:
+        store.delete(Table.INDEX, row, "col-0", timestamp=1000)
+    expected = {row: [f"{row}/{j}" for j in range(i_cells(row)) if not (j == 0 and row in rows[::7])] for row in rows}
+    expected = {row: values for row, values in expected.items() if values}
+    few = store.read_rows_many(Table.INDEX, rows[:40])
+    assert {row: [c.value for c in cells] for row, cells in few.items()} == {
+        row: expected[row] for row in rows[:40] if row in expected
+    }
+    every = store.read_rows_many(Table.INDEX, rows, starts={rows[1]: "col-1"})
+    expected[rows[1]] = [v for v in expected.get(rows[1], []) if not v.endswith("/0")]
+    expected = {row: values for row, values in expected.items() if values}
+    assert {row: [c.value for c in cells] for row, cells in every.items()} == expected
+    for cells in every.values():
+        assert [c.column for c in cells] == sorted(c.column for c in cells)
+
+
+def i_cells(row: str) -> int:
+    """1 to 3 cells per row, fixed per row name."""
+    return 1 + sum(row.encode()) % 3
+
+
+def test_read_rows_many_newer_than_keeps_only_later_writes(store: CellStore) -> None:
+    """What leasewatch's incremental index reads rely on: cells written with a timestamp above
+    the bound, from every row (a rewrite with a newer timestamp counts; a delete does not)."""
+    a, b, c = fresh_row(), fresh_row(), fresh_row()
+    store.put(Table.INDEX, a, "old", "", timestamp=100)
+    store.put(Table.INDEX, a, "new", "", timestamp=300)
+    store.put(Table.INDEX, b, "rewritten", "", timestamp=100)
+    store.put(Table.INDEX, b, "rewritten", "x", timestamp=250)
+    store.put(Table.INDEX, c, "deleted", "", timestamp=300)
+    store.delete(Table.INDEX, c, "deleted", timestamp=400)
+    got = store.read_rows_many(Table.INDEX, [a, b, c], newer_than=200)
+    assert {row: [(x.column, x.value, x.timestamp) for x in cells] for row, cells in got.items()} == {
+        a: [("new", "", 300)],
+        b: [("rewritten", "x", 250)],
+    }
+    assert set(store.read_rows_many(Table.INDEX, [a, b, c], newer_than=300)) == set()
+    assert [x.column for x in store.read_rows_many(Table.INDEX, [a])[a]] == ["new", "old"]
+
+
+def test_read_rows_many_returns_every_page_of_a_long_row(store: CellStore) -> None:
+    """More cells in one row than one response page holds (Cassandra pages at 1,000)."""
+    long_row, short_row = fresh_row(), fresh_row()
+    puts = [Put(Table.QUEUE, long_row, f"c{i:05d}", "x", 10) for i in range(1100)]
+    for i in range(0, len(puts), 200):
+        store.execute_all(puts[i : i + 200])
+    store.put(Table.QUEUE, short_row, "only", "y", timestamp=10)
+    got = store.read_rows_many(Table.QUEUE, [long_row, short_row], starts={long_row: "c00050"})
+    assert [c.column for c in got[long_row]] == [f"c{i:05d}" for i in range(50, 1100)]
+    assert [c.value for c in got[short_row]] == ["y"]
+
+
+def test_compare_and_set_many_answers_each_on_its_own(store: CellStore) -> None:
+    """What the keeper's batched renewals and leasewatch's batched revocations rely on: every
+    operation's own outcome — applied, or not applied with the current values."""
+    needs_cas(store)
+    rows = [fresh_row() for _ in range(6)]
+    for row in rows:
+        assert store.compare_and_set(row, {"v": None}, {"v": f"{row}-1"}).applied
+    ops = [
+        CompareAndSet(row, {"v": f"{row}-1" if i % 2 == 0 else "stale"}, {"v": f"{row}-2"})
+        for i, row in enumerate(rows)
+    ]
+    ops.append(CompareAndSet(rows[0], {"w": None}, {"w": "new"}, VersionedTable.FENCED))
+    results = dict(store.compare_and_set_many(ops))
+    assert sorted(results) == list(range(len(ops)))
+    for i, row in enumerate(rows):
+        result = results[i]
+        assert isinstance(result, CasResult), result
+        assert result.applied is (i % 2 == 0)
+        assert result.current["v"] == (f"{row}-2" if i % 2 == 0 else f"{row}-1")
+        assert store.read_versioned(row)["v"] == result.current["v"]
+    last = results[len(rows)]
+    assert isinstance(last, CasResult) and last.applied
+    assert list(store.compare_and_set_many([])) == []
+
+
+def test_read_versioned_many(store: CellStore) -> None:
+    needs_cas(store)
+    a, b, missing = fresh_row(), fresh_row(), fresh_row()
+    assert store.compare_and_set(a, {"~holder": None, "~fence": None}, {"~holder": "h", "~fence": "1|h"}).applied
+    assert store.compare_and_set(b, {"~fence": None}, {"~fence": "7|x"}).applied
+    assert store.compare_and_set(missing, {"~owner": None}, {"~owner": "p"}, table=VersionedTable.PARTITION).applied
+    got = store.read_versioned_many([a, b, missing, a])
+    assert got == {a: {"~holder": "h", "~fence": "1|h"}, b: {"~fence": "7|x"}}
+    assert store.read_versioned_many([a, missing], table=VersionedTable.PARTITION) == {missing: {"~owner": "p"}}
+    assert store.read_versioned_many([b], serial=True) == {b: {"~fence": "7|x"}}
+    assert store.read_versioned_many([]) == {}
+
+
+def test_read_versioned_many_over_many_rows(store: CellStore) -> None:
+    needs_cas(store)
+    prefix = fresh_row()
+    rows = [f"{prefix}-{i:04d}" for i in range(600)]
+    list(store.compare_and_set_many([CompareAndSet(row, {"v": None}, {"v": row}) for row in rows[::2]]))
+    assert store.read_versioned_many(rows[:50]) == {row: {"v": row} for row in rows[:50:2]}
+    assert store.read_versioned_many(rows) == {row: {"v": row} for row in rows[::2]}
 
 
 def test_cas_is_linearizable_under_racing_processes(store: CellStore, store_url: str) -> None:

@@ -10,7 +10,7 @@ the real one otherwise. Only time and failures are injected; the data is real.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -122,6 +122,21 @@ class FaultyStore(CellStore):
         self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
     ) -> dict[str, str]:
         return self._call("read_versioned", self.inner.read_versioned, row, table=table, serial=serial)
+
+    def read_rows_many(
+        self,
+        table: Table,
+        rows: Iterable[str],
+        starts: Mapping[str, str] | None = None,
+        *,
+        newer_than: int | None = None,
+    ) -> dict[str, list[Cell]]:
+        return self._call("read_rows_many", self.inner.read_rows_many, table, list(rows), starts, newer_than=newer_than)
+
+    def read_versioned_many(
+        self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
+    ) -> dict[str, dict[str, str]]:
+        return self._call("read_versioned_many", self.inner.read_versioned_many, list(rows), table=table, serial=serial)
 
     def compare_and_set(
         self,

@@ -169,10 +169,13 @@ class Fleet:
         scan_interval: float = 0.2,
         grace: float = 0.5,
         orphan_after: float = 3.0,
+        partition_lease: float = 2.0,
         admin_token: str | None = None,
         wait: bool = True,
         env: dict[str, str] | None = None,
     ) -> ServiceProcess:
+        """``partition_lease`` is short by default (tests use short lock leases): a replica killed
+        without a clean shutdown hands its partitions over after it + grace."""
         port = free_port()
         name = name or f"leasewatch-{len(self.processes)}"
         extra = {
@@ -182,6 +185,7 @@ class Fleet:
             "LEASEWATCH_SCAN_INTERVAL": str(scan_interval),
             "LEASEWATCH_GRACE": str(grace),
             "LEASEWATCH_ORPHAN_AFTER": str(orphan_after),
+            "LEASEWATCH_PARTITION_LEASE": str(partition_lease),
             "LEASEWATCH_REPLICA_ID": name,
             "LEASEWATCH_SHUTDOWN_GRACE": "1",
         }
