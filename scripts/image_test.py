@@ -7,17 +7,24 @@ No Docker engine exists on the build machines and no registry image can be pulle
 2. the repository's own ``Dockerfile`` is built with ``podman build --build-arg
    PYTHON_BASE=<that base>`` (pip inside the build reaches PyPI through the host's trust store,
    mounted read-only for the build's RUN steps only: it is not in any layer);
-3. the image is checked: its user is numeric 10001:10001, and with ``--read-only`` nothing
-   outside ``/tmp`` is writable;
+3. the image is checked: its user is numeric 10001:10001, the three programs report their
+   version, and with ``--read-only`` the root is mounted read-only (not even root may write
+   there) while ``/tmp`` stays writable;
 4. timesvc and leasewatch run from it in two containers — read-only, as that user, host network,
    listening on 127.0.0.1, sharing one SQLite store on a volume — and answer ``GET /now``,
-   ``/healthz``, ``/readyz``, ``/status`` and leasewatch's page at ``/``.
+   ``/healthz``, ``/readyz``, ``/status`` and leasewatch's page at ``/``;
+5. ``lockctl run`` from the image takes a lock through them (global time from the timesvc
+   container); the leasewatch container shows its holder and fencing token and reports the
+   grant in ``/observed``; stopping the lockctl container (SIGTERM) releases it.
 
-Containers get a private ``containers.conf`` (``CONTAINERS_CONF``): runtime ``runc`` (crun
+Podman gets a private ``containers.conf`` (``CONTAINERS_CONF``): runtime ``runc`` (crun
 refuses this machine's hybrid cgroups) and no default ulimits (setting rlimits is not
-permitted here) — the system's configuration is not touched. Everything the run creates
-(containers, images, the volume directory) is removed at the end unless ``--keep`` is given.
-Every step is bounded; the whole run took about 1.5 minutes here.
+permitted here) — the system's configuration is not touched — and a private image store
+(``--root``/``--runroot`` in the run's temporary directory), so the run neither sees nor
+removes anybody else's images, and its build-stage images cannot pile up in the system's
+store. Everything it creates (containers, images, the store, the volume directory) is removed
+at the end unless ``--keep`` is given. Every step is bounded (see ``timeout=`` below); the
+README records a measured run.
 """
 
 from __future__ import annotations
@@ -30,12 +37,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 
+T = TypeVar("T")
+LOCKCTL_HOLDS = ["lockctl", "run", "image-test", "--", "sleep", "120"]
 ROOT = Path(__file__).resolve().parent.parent
 USER = "10001:10001"
 BASE_PACKAGES = "python3,python3-venv,python-is-python3,passwd"
@@ -48,11 +58,19 @@ runtime = "runc"
 """
 
 
+PODMAN: list[str] = ["podman"]
+"""podman with the run's private storage (set in main())."""
+
+
 class Failed(Exception):
     pass
 
 
 def run(command: list[str], *, timeout: float, env: dict[str, str], check: bool = True) -> str:
+    """Run ``command`` (``podman`` means the run's private podman, :data:`PODMAN`)."""
+    shown = " ".join(command[:3])
+    if command[0] == "podman":
+        command = [*PODMAN, *command[1:]]
     started = time.monotonic()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
@@ -60,7 +78,7 @@ def run(command: list[str], *, timeout: float, env: dict[str, str], check: bool 
         raise Failed(f"{' '.join(command[:4])} … did not finish in {timeout:.0f} s") from exc
     if check and done.returncode != 0:
         raise Failed(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
-    print(f"  {time.monotonic() - started:6.1f} s  {' '.join(command[:3])} …", flush=True)
+    print(f"  {time.monotonic() - started:6.1f} s  {shown} …", flush=True)
     return done.stdout
 
 
@@ -92,6 +110,21 @@ def wait_for(url: str, deadline_s: float) -> httpx.Response:
     raise Failed(f"{url} did not answer 200 within {deadline_s:.0f} s (last: {last})")
 
 
+def wait_until(probe: Callable[[], T], what: str, deadline_s: float) -> T:
+    """The first truthy answer of ``probe`` (HTTP errors count as not yet)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            answer = probe()
+            if answer:
+                return answer
+        except (httpx.HTTPError, KeyError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise Failed(f"no {what} within {deadline_s:.0f} s")
+        time.sleep(0.2)
+
+
 @contextmanager
 def containers(env: dict[str, str]) -> Iterator[list[str]]:
     """Names of the containers started; each is removed at the end, by name."""
@@ -100,8 +133,10 @@ def containers(env: dict[str, str]) -> Iterator[list[str]]:
         yield started
     finally:
         for name in started:
-            subprocess.run(["podman", "logs", "--tail", "5", name], env=env, check=False, timeout=30)
-            subprocess.run(["podman", "rm", "-f", "-t", "5", name], env=env, capture_output=True, check=False, timeout=60)
+            subprocess.run([*PODMAN, "logs", "--tail", "5", name], env=env, check=False, timeout=30)
+            subprocess.run(
+                [*PODMAN, "rm", "-f", "-t", "5", name], env=env, capture_output=True, check=False, timeout=60
+            )
 
 
 def main() -> int:
@@ -112,7 +147,9 @@ def main() -> int:
 
     for tool in ("podman", "mmdebstrap", "runc"):
         if shutil.which(tool) is None:
-            print(f"image-test: {tool} is missing (`make image-test` installs podman, runc, mmdebstrap)", file=sys.stderr)
+            print(
+                f"image-test: {tool} is missing (`make image-test` installs podman, runc, mmdebstrap)", file=sys.stderr
+            )
             return 2
     tag = f"{os.getpid()}"
     base_image = f"localhost/chronolock-base:{args.suite}-{tag}"
@@ -121,6 +158,7 @@ def main() -> int:
     conf = work / "containers.conf"
     conf.write_text(CONTAINERS_CONF)
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+    PODMAN[:] = ["podman", "--root", str(work / "storage"), "--runroot", str(work / "run")]
     started = time.monotonic()
     made_images: list[str] = []
     try:
@@ -144,20 +182,30 @@ def main() -> int:
             build += ["-v", f"{HOST_TRUST_STORE}:{HOST_TRUST_STORE}:ro"]
         run([*build, str(ROOT)], timeout=900, env=env)
         made_images.append(image)
+        size = int(run(["podman", "image", "inspect", "--format", "{{.Size}}", image], timeout=60, env=env))
+        base_size = int(run(["podman", "image", "inspect", "--format", "{{.Size}}", base_image], timeout=60, env=env))
+        print(f"  image {size / 1e6:.0f} MB (its base {base_size / 1e6:.0f} MB)", flush=True)
 
         print("3. the image: numeric user, read-only root", flush=True)
         user = run(["podman", "image", "inspect", "--format", "{{.Config.User}}", image], timeout=60, env=env).strip()
         check(user == USER, f"image user is {USER} (got {user!r})")
         probe = run(
+            ["podman", "run", "--rm", "--read-only", image, "sh", "-c", "id -u; id -g; touch /tmp/x && echo tmp-ok"],
+            timeout=120,
+            env=env,
+        ).split()
+        check(probe == ["10001", "10001", "tmp-ok"], f"runs as 10001:10001 by default, /tmp writable ({probe})")
+        # As root, so that file modes cannot be what refuses the write: only the read-only mount.
+        probe = run(
             [
-                "podman", "run", "--rm", "--read-only", "--user", USER, image, "sh", "-c",
-                "id -u; id -g; touch /opt/chronolock/x 2>/dev/null && echo writable || echo read-only; "
-                "touch /tmp/x && echo tmp-writable",
+                "podman", "run", "--rm", "--read-only", "--user", "0", image, "sh", "-c",
+                "awk '$2 == \"/\" {split($4, o, \",\"); print o[1]}' /proc/mounts; "
+                "touch /opt/chronolock/x 2>/dev/null && echo writable || echo refused",
             ],
             timeout=120,
             env=env,
         ).split()  # fmt: skip
-        check(probe == ["10001", "10001", "read-only", "tmp-writable"], f"runs as 10001, root read-only ({probe})")
+        check(probe == ["ro", "refused"], f"with --read-only the root is mounted ro, even root cannot write ({probe})")
         for program in ("lockctl", "timesvc", "leasewatch"):
             out = run(["podman", "run", "--rm", "--read-only", image, program, "--version"], timeout=120, env=env)
             check(out.startswith(f"{program} "), f"{out.strip()} in the image")
@@ -182,7 +230,11 @@ def main() -> int:
                     "leasewatch",
                 ),
             ):
-                run(["podman", "run", "-d", "--name", name, *common, *extra, image, command, "serve"], timeout=120, env=env)
+                run(
+                    ["podman", "run", "-d", "--name", name, *common, *extra, image, command, "serve"],
+                    timeout=120,
+                    env=env,
+                )
                 names.append(name)
             ts, lw = f"http://127.0.0.1:{ts_port}", f"http://127.0.0.1:{lw_port}"
             now = wait_for(f"{ts}/now", 60).json()
@@ -198,17 +250,47 @@ def main() -> int:
             listening = subprocess.run(["ss", "-ltn"], capture_output=True, text=True, check=False).stdout
             for port in (ts_port, lw_port):
                 check(f"127.0.0.1:{port} " in listening, f"port {port} bound to 127.0.0.1 only")
+
+            print("5. a lock taken by lockctl from the image, seen by leasewatch from the image", flush=True)
+            holder = f"chronolock-lockctl-{tag}"
+            clients = ["-e", f"CHRONOLOCK_TIMESVC_URLS={ts}", "-e", f"CHRONOLOCK_LEASEWATCH_URL={lw}"]
+            run(
+                ["podman", "run", "-d", "--name", holder, *common, *clients, image, *LOCKCTL_HOLDS],
+                timeout=120,
+                env=env,
+            )
+            names.append(holder)
+
+            def holding() -> dict[str, Any]:
+                body: dict[str, Any] = httpx.get(f"{lw}/locks/image-test", timeout=2).json()
+                return body if body["holders"] else {}
+
+            held = wait_until(holding, "holder of image-test", 60)
+            check(
+                held["holders"] and held["fencing_token"] >= 1,
+                f"held: {held['holders']}, token {held['fencing_token']}",
+            )
+            seen = wait_until(lambda: httpx.get(f"{lw}/observed", timeout=2).json()["grants"], "grant observed", 30)
+            check(seen[0]["lock_id"] == "image-test", f"leasewatch saw the grant (wait {seen[0]['wait_s']} s)")
+            run(["podman", "stop", "-t", "10", holder], timeout=60, env=env)  # SIGTERM: lockctl releases
+            wait_until(lambda: not httpx.get(f"{lw}/locks/image-test", timeout=2).json()["holders"], "release", 30)
+            check(True, "lockctl released the lock when its container stopped")
     except Failed as exc:
         print(f"image-test FAILED: {exc}", file=sys.stderr)
         return 1
     finally:
         if not args.keep:
-            for made in reversed(made_images):
-                subprocess.run(["podman", "rmi", "-f", made], env=env, capture_output=True, check=False, timeout=120)
-            subprocess.run(["podman", "image", "prune", "-f"], env=env, capture_output=True, check=False, timeout=120)
+            # Only the private store is emptied: its images and containers, then the directory.
+            for what in (["rm", "-a", "-f"], ["rmi", "-a", "-f"]):
+                subprocess.run([*PODMAN, *what], env=env, capture_output=True, check=False, timeout=120)
+            # A mount left inside it (an interrupted build) would keep rmtree from emptying it.
+            with open("/proc/self/mounts", encoding="utf-8") as mounts:
+                ours = [f.split()[1] for f in mounts if f.split()[1].startswith(f"{work}/")]
+            for mount in sorted(ours, reverse=True):
+                subprocess.run(["umount", "-l", mount], capture_output=True, check=False, timeout=60)
             shutil.rmtree(work, ignore_errors=True)
         else:
-            print(f"kept: {', '.join(made_images)} and {work}")
+            print(f"kept: {', '.join(made_images)} in the store {work / 'storage'} (podman --root)")
     print(f"image-test passed in {time.monotonic() - started:.0f} s")
     return 0
 
