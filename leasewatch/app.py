@@ -17,6 +17,9 @@ The lifespan opens the store, starts the scan job (APScheduler, every
   next waiter is answered at once rather than at the next poll;
 * ``POST /revoke/{id}`` — operator revocation, bearer token required (one of the named
   ``LEASEWATCH_ADMIN_TOKENS``; the name is recorded with the revocation);
+* ``GET /revocations`` — recent revocations by this replica; ``GET /observed`` — what it saw
+  happen: the longest wait now (which lock), recent grants with their observed waits, recent
+  store errors (:mod:`leasewatch.observed`);
 
 * ``/healthz``, ``/readyz`` and ``/status`` (both name the partitions this replica watches),
   ``/metrics``, OpenAPI at ``/docs``, and a small page at ``/``.
@@ -30,8 +33,9 @@ partitions this replica watches; ``due`` every 50 ms (re-reads the leases whose 
 came, when any did); ``gc`` every ``gc_interval`` (store maintenance: SQLite tombstones in
 batches and a WAL checkpoint, with the outcome logged and the store's size in metrics).
 
-With ``LEASEWATCH_READ_TOKEN`` set, ``/locks``, ``/locks/{id}`` and ``/revocations`` (lock
-ids and owners are business identifiers) need it, or an admin token, as a bearer token.
+With ``LEASEWATCH_READ_TOKEN`` set, ``/locks``, ``/locks/{id}``, ``/revocations`` and
+``/observed`` (lock ids and owners are business identifiers) need it, or an admin token, as a
+bearer token.
 
 **Bounds on long-polls** (a security review found 300 waiters on distinct ids making
 ~17,000 store reads per second): at most ``max_waiters`` long-polls per process and
@@ -74,7 +78,7 @@ from leasewatch.settings import LeasewatchSettings
 from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
 from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied, StoreError
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
-from lockclient.lockid import MAX_LOCK_ID_BYTES, validate_lock_id
+from lockclient.lockid import INDEX_SHARDS, MAX_LOCK_ID_BYTES, validate_lock_id
 from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table
 from lockclient.store.opener import StoreOpener, public_error
@@ -201,6 +205,35 @@ class RevocationOut(BaseModel):
     holder: bool
 
 
+class LongestWaitOut(BaseModel):
+    seconds: float = Field(description="the longest wait of any queued waiter now")
+    leases: float = Field(description="the longest wait in the waiter's own lease lengths")
+    lock_id: str | None = Field(description="the lock of the longest wait in leases")
+
+
+class GrantOut(BaseModel):
+    lock_id: str
+    owner: str
+    fencing_token: int
+    ticket: str
+    seen_at: datetime = Field(description="first sighting of this holder by this replica")
+    wait_s: float | None = Field(description="seen_at minus the ticket's global time (errs long by a look)")
+
+
+class StoreErrorOut(BaseModel):
+    at: datetime
+    where: str = Field(description="scan, revoke, partitions or due_check")
+    kind: str = Field(description="the error class (the label of leasewatch_store_errors_total)")
+    detail: str = Field(description="what failed, never where (no host or path)")
+    lock_id: str | None
+
+
+class ObservedOut(BaseModel):
+    longest_wait: LongestWaitOut
+    grants: list[GrantOut] = Field(description="recent grants seen by this replica, newest first")
+    store_errors: list[StoreErrorOut] = Field(description="recent store errors, newest first")
+
+
 class LastScanOut(BaseModel):
     locks: int = Field(description="lock ids listed in the watched partitions")
     looked: int = Field(description="locks read in that scan (the others were not due)")
@@ -282,6 +315,12 @@ class Metrics:
         self.partitions = Gauge(
             "leasewatch_partitions_owned", "partitions of the lock ids this replica owns", registry=r
         )
+        # The constant the alert "some partition is owned by nobody" compares the sum of
+        # leasewatch_partitions_owned over all replicas with (so the rules need no number).
+        self.partitions_total = Gauge(
+            "leasewatch_partitions", "partitions of the lock-id space (lock index shards)", registry=r
+        )
+        self.partitions_total.set(INDEX_SHARDS)
         self.watching = Gauge(
             "leasewatch_partitions_watched", "partitions scanned (owned + recently handed over)", registry=r
         )
@@ -952,6 +991,45 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
             )
             for e in reversed(watcher.events)
         ]
+
+    @app.get(
+        "/observed",
+        response_model=ObservedOut,
+        summary="What this replica saw happen: the longest wait now, recent grants, recent store errors",
+        description="The JSON behind the alerts ChronolockLongWait (which lock) and "
+        "ChronolockStoreErrorsLeasewatch (which errors, when). Only the partitions this replica "
+        "watches: ask each replica.",
+        responses=_REFUSALS,
+    )
+    async def observed(
+        service: ServiceDep,
+        limit: Annotated[int, Query(ge=1, le=1000, description="grants and errors each")] = 50,
+        lock_id: Annotated[str | None, Query(max_length=1024, description="only this lock's grants")] = None,
+        authorization: AuthorizationHeader = None,
+    ) -> ObservedOut:
+        require_reader(service, authorization)
+        seen = service.observed
+        waits = seen.longest_wait()
+        return ObservedOut(
+            longest_wait=LongestWaitOut(
+                seconds=round(waits.seconds, 3), leases=round(waits.leases, 3), lock_id=waits.lock_id
+            ),
+            grants=[
+                GrantOut(
+                    lock_id=g.lock_id,
+                    owner=g.owner,
+                    fencing_token=g.fencing_token,
+                    ticket=g.ticket,
+                    seen_at=g.seen_at,
+                    wait_s=None if g.wait_s is None else round(g.wait_s, 3),
+                )
+                for g in seen.recent_grants(lock_id, limit)
+            ],
+            store_errors=[
+                StoreErrorOut(at=e.at, where=e.where, kind=e.kind, detail=e.detail, lock_id=e.lock_id)
+                for e in seen.recent_errors(limit)
+            ],
+        )
 
     @app.get("/healthz", summary="The process is alive")
     async def healthz() -> dict[str, str]:

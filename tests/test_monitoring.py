@@ -122,6 +122,13 @@ def exported_names(metrics_text: str) -> set[str]:
     return names
 
 
+def _maintained(lw_url: str) -> None:
+    deadline = time.monotonic() + 15
+    while not httpx.get(f"{lw_url}/status", timeout=5).json()["store"]:
+        assert time.monotonic() < deadline, "no store maintenance reported"
+        time.sleep(0.05)
+
+
 def _queued(lw_url: str, lock_id: str, length: int) -> None:
     deadline = time.monotonic() + 15
     while True:
@@ -152,7 +159,9 @@ def test_every_metric_queried_is_exported_by_the_running_services(processes: Fle
         thread.start()
         try:
             _queued(leasewatch.url, "monitored", 2)
+            _maintained(leasewatch.url)  # the store's sizes are in the metrics
             time.sleep(0.5)  # a few scans see the waiter waiting
+            observed = httpx.get(f"{leasewatch.url}/observed", timeout=5).json()
             httpx.get(f"{timesvc.url}/now", timeout=5).raise_for_status()
             lw_text = httpx.get(f"{leasewatch.url}/metrics", timeout=5).text
             ts_text = httpx.get(f"{timesvc.url}/metrics", timeout=5).text
@@ -169,7 +178,17 @@ def test_every_metric_queried_is_exported_by_the_running_services(processes: Fle
         missing = sorted(queried - exported)
         assert not missing, f"{source} query metrics that no service exports: {missing}"
 
-    samples = {s.name: s.value for f in text_string_to_metric_families(lw_text) for s in f.samples if not s.labels}
+    families = list(text_string_to_metric_families(lw_text))
+    samples = {s.name: s.value for f in families for s in f.samples if not s.labels}
     assert samples["leasewatch_grants_observed_total"] >= 1
     assert samples["leasewatch_oldest_waiter_seconds"] > 0
     assert 0 < samples["leasewatch_oldest_waiter_leases"] < 5
+    # One replica owns every partition: the partition alerts' sum equals the total.
+    assert samples["leasewatch_partitions_owned"] == samples["leasewatch_partitions"] == 64
+    assert samples["leasewatch_partition_takeovers_total"] == 0
+    sizes = {s.labels["file"]: s.value for f in families for s in f.samples if s.name == "leasewatch_store_bytes"}
+    assert sizes["database"] > 0 and "wal" in sizes
+    # The JSON the alerts' runbook points to (/observed) names the lock behind the longest wait.
+    assert observed["longest_wait"]["lock_id"] == "monitored" and observed["longest_wait"]["seconds"] > 0
+    assert [g["lock_id"] for g in observed["grants"]] == ["monitored"]
+    assert observed["store_errors"] == []

@@ -77,7 +77,7 @@ def test_the_read_token_guards_lock_listings_but_not_health_or_waits(processes: 
     with open_store(sqlite_url) as store, RemoteLocker(store, lease=30) as locker:
         lock = locker.get_lock("customer:4711")
         with httpx.Client(base_url=lw.url, timeout=5) as http:
-            for path in ("/locks", "/locks/customer%3A4711", "/revocations"):
+            for path in ("/locks", "/locks/customer%3A4711", "/revocations", "/observed"):
                 refused = http.get(path)
                 assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", path
                 assert "customer" not in refused.text and lock.owner not in refused.text
