@@ -130,8 +130,15 @@ class Observed:
             issued = ticket_seconds(ticket)
             if issued is not None and (oldest is None or issued < oldest[0]):
                 oldest = (issued, lease)
-        if holder is None and oldest is None and lock_id not in self._holding and lock_id not in self._waiting:
-            return  # nothing to remember, nothing to forget (most idle locks, without the lock)
+        if self._waiting.get(lock_id) == oldest:
+            # The common looks change nothing: an idle lock, or the same holder and oldest waiter.
+            # Decided without the lock (dict reads are atomic, and only scans write, one at a
+            # time under the watcher's lock), as this runs for every lock looked at.
+            known = self._holding.get(lock_id)
+            if holder is None and known is None:
+                return
+            if holder is not None and known is not None and (known.owner, known.token) == holder[:2]:
+                return
         grant: Grant | None = None
         with self._lock:
             if oldest is None:
