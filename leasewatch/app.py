@@ -59,7 +59,7 @@ import hmac
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from importlib import resources
@@ -72,9 +72,12 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, Field
 
-from leasewatch.observed import Grant, Observed
+from leasewatch.observed import Grant, Observed, StoreErrorEvent, ticket_seconds
 from leasewatch.partitions import PartitionLeases, PartitionStatus
 from leasewatch.settings import LeasewatchSettings
+from leasewatch.timeview import POLL_INTERVAL_S as TIME_POLL_INTERVAL_S
+from leasewatch.timeview import ReplicaTime, TimeView
+from leasewatch.trends import Trends
 from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
 from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied, StoreError
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
@@ -158,13 +161,32 @@ class LeaseOut(BaseModel):
 class QueueEntryOut(BaseModel):
     ticket: str
     owner: str
-    enqueued_at: datetime
+    enqueued_at: datetime = Field(description="the ticket's global time")
+    holding: bool = Field(description="this cell is the holder's (it stays first in line while it holds)")
+    waited_s: float | None = Field(
+        description="a waiter's wait so far: this replica's wall clock minus the ticket's global time "
+        "(errs by the clock skew between them); None for the holder"
+    )
     lease_age_s: float | None
+
+
+class HolderOut(BaseModel):
+    owner: str
+    fencing_token: int = Field(description="the holder's own token (from its holder record)")
+    ticket: str
+    version: int = Field(description="renewals of the holder record so far")
+    lease_s: float
+    seen_since: datetime | None = Field(
+        description="when this replica first saw this holder (None: the lock is in a partition it does not "
+        "watch); its grant, unless the holder was already there when this replica began watching the lock"
+    )
+    held_for_s: float | None = Field(description="seconds since seen_since: the hold time, at least")
 
 
 class LockOut(BaseModel):
     lock_id: str
     holders: list[str]
+    holder: HolderOut | None = Field(description="the fair queue's holder, with its token and hold time")
     fencing_token: int
     fencing_owner: str
     queue: list[QueueEntryOut]
@@ -232,6 +254,62 @@ class ObservedOut(BaseModel):
     longest_wait: LongestWaitOut
     grants: list[GrantOut] = Field(description="recent grants seen by this replica, newest first")
     store_errors: list[StoreErrorOut] = Field(description="recent store errors, newest first")
+
+
+class ReplicaTimeOut(BaseModel):
+    target: int = Field(description="1-based position in LEASEWATCH_TIMESVC_URLS")
+    replica: str | None = Field(description="its TIMESVC_REPLICA_ID, from its last answer (None: never answered)")
+    reachable: bool = Field(description="the last poll got a /status answer")
+    error: str | None = Field(description="why the last poll got none (a kind of failure; no URL)")
+    polled_at: datetime | None
+    answered_age_s: float | None = Field(description="seconds since its last answer")
+    version: str | None
+    ready: bool | None
+    runaway: bool | None
+    in_sync: bool | None
+    offset_s: float | None = Field(description="its wall clock minus GlobalTime at its last tick")
+    max_skew_s: float | None
+    last_tick_ok: bool | None
+    last_ok_tick_age_s: float | None = Field(
+        description="seconds since its last successful tick (which publishes its clock reading)"
+    )
+    last_publisher: str | None = Field(description="the replica that last wrote GlobalTime, as it saw it")
+    last_error: str | None
+    failed_ticks: int | None
+    rejected_ticks: int | None
+    now_requests: int | None = Field(description="its GET /now answers since it started")
+    now_errors: int | None
+    now_per_s: float | None = Field(description="GET /now answers per second between the last two polls")
+    peer_offsets_s: dict[str, float] = Field(description="each running peer's clock minus this one's")
+    problems: list[str] = Field(description="what is wrong, in words; empty = healthy")
+
+
+class TimeOut(BaseModel):
+    configured: int = Field(description="timesvc replicas in LEASEWATCH_TIMESVC_URLS (0: no time panel)")
+    poll_interval_s: float
+    healthy: bool | None = Field(description="every replica answered and has no problem (None: none configured)")
+    replicas: list[ReplicaTimeOut]
+
+
+class TrendSampleOut(BaseModel):
+    at: datetime = Field(description="end of the interval")
+    seconds: float = Field(description="length of the interval")
+    grants: int = Field(description="grants seen in the interval (new holders)")
+    grants_per_s: float
+    wait_p50_s: float | None = Field(description="median observed wait of those grants (ticket to first sighting)")
+    wait_p99_s: float | None
+    revocations: int
+    store_errors: int
+    longest_wait_s: float = Field(description="the longest wait of a queued waiter at the end of the interval")
+    locks: int | None = Field(description="lock ids with live state in the last scan")
+    now_per_s: float | None = Field(description="timesvc GET /now answers per second, all replicas that answered")
+    clock_offsets_s: dict[str, float] = Field(description="each timesvc replica's wall clock minus GlobalTime")
+
+
+class TrendsOut(BaseModel):
+    interval_s: float = Field(description="LEASEWATCH_TREND_INTERVAL")
+    size: int = Field(description="samples kept at most")
+    samples: list[TrendSampleOut] = Field(description="oldest first")
 
 
 class LastScanOut(BaseModel):
@@ -500,15 +578,22 @@ class WaitHub:
             self.metrics.waiters.dec()
 
 
-def observed_by(metrics: Metrics) -> Observed:
-    """An :class:`Observed` that counts what it sees in ``metrics``."""
+def observed_by(metrics: Metrics, trends: Trends | None = None) -> Observed:
+    """An :class:`Observed` that counts what it sees in ``metrics`` (and ``trends``)."""
 
     def grant(event: Grant) -> None:
         metrics.grants.inc()
         if event.wait_s is not None:
             metrics.waits.observe(event.wait_s)
+        if trends is not None:
+            trends.grant(event.wait_s)
 
-    observed = Observed(on_grant=grant, on_error=lambda event: metrics.store_errors.labels(event.kind).inc())
+    def error(event: StoreErrorEvent) -> None:
+        metrics.store_errors.labels(event.kind).inc()
+        if trends is not None:
+            trends.store_error()
+
+    observed = Observed(on_grant=grant, on_error=error)
     metrics.oldest_wait.set_function(lambda: observed.longest_wait().seconds)
     metrics.oldest_wait_leases.set_function(lambda: observed.longest_wait().leases)
     return observed
@@ -530,7 +615,10 @@ class Leasewatch:
         self._owns_store = store is None
         self._opener = StoreOpener(settings.open_store)
         self.watcher: Watcher | None = None
-        self.observed = observed_by(self.metrics)
+        self.trends = Trends()
+        self.observed = observed_by(self.metrics, self.trends)
+        token = settings.timesvc_token.get_secret_value() if settings.timesvc_token else None
+        self.time_view = TimeView(settings.timesvc_url_list, token) if settings.timesvc_url_list else None
         self.partitions: PartitionLeases | None = None
         self.partition_status: PartitionStatus | None = None
         self.partition_error: str | None = None
@@ -583,6 +671,23 @@ class Leasewatch:
 
     def _count(self, event: Revocation) -> None:
         self.metrics.revocations.labels("holder" if event.holder else "waiter").inc()
+        self.trends.revocation()
+
+    async def poll_time(self) -> None:
+        if self.time_view is not None:
+            await self.time_view.poll()
+
+    async def sample_trends(self) -> None:
+        """Cut a trend sample (on the event loop: a few counters and the longest-wait pass)."""
+        report = self.watcher.last_report if self.watcher is not None else None
+        times = self.time_view.snapshot() if self.time_view is not None else []
+        rates = [t.now_per_s for t in times if t.reachable and t.now_per_s is not None]
+        self.trends.sample(
+            longest_wait_s=self.observed.longest_wait().seconds,
+            locks=report.locks if report is not None else None,
+            now_per_s=sum(rates) if rates else None,
+            clock_offsets_s={t.name: t.offset_s for t in times if t.reachable and t.offset_s is not None},
+        )
 
     async def refresh_partitions(self) -> PartitionStatus | None:
         try:
@@ -679,6 +784,11 @@ class Leasewatch:
             return False, ["no successful scan recently"]
         return True, []
 
+    async def aclose(self) -> None:
+        if self.time_view is not None:
+            await self.time_view.aclose()
+        await asyncio.to_thread(self.close)
+
     def close(self) -> None:
         if self.partitions is not None:
             try:
@@ -712,11 +822,32 @@ _REFUSALS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _lock_out(view: LockView) -> LockOut:
+def _lock_out(view: LockView, observed: Observed, wall: float) -> LockOut:
     ages = {owner: lease.observed_age for owner, lease in view.leases.items()}
+    holding = next((lease for lease in view.leases.values() if lease.holding), None)
+    holder: HolderOut | None = None
+    if holding is not None:
+        held = observed.held_for(view.lock_id, holding.owner)
+        holder = HolderOut(
+            owner=holding.owner,
+            fencing_token=holding.token,
+            ticket=holding.ticket,
+            version=holding.version,
+            lease_s=holding.lease,
+            seen_since=None if held is None else held[0],
+            held_for_s=None if held is None else round(held[1], 3),
+        )
+
+    def waited(ticket: str) -> float | None:
+        issued = ticket_seconds(ticket)
+        if issued is None or (holding is not None and ticket == holding.ticket):
+            return None
+        return round(max(0.0, wall - issued), 3)
+
     return LockOut(
         lock_id=view.lock_id,
         holders=view.holders,
+        holder=holder,
         fencing_token=view.fencing_token,
         fencing_owner=view.fencing_owner,
         queue=[
@@ -724,6 +855,8 @@ def _lock_out(view: LockView) -> LockOut:
                 ticket=ticket,
                 owner=owner,
                 enqueued_at=datetime.fromtimestamp(int(ticket[:20]) / 1e6, UTC),
+                holding=holding is not None and ticket == holding.ticket,
+                waited_s=waited(ticket),
                 lease_age_s=ages.get(owner),
             )
             for ticket, owner in view.queue
@@ -743,6 +876,10 @@ def _lock_out(view: LockView) -> LockOut:
 
 
 AuthorizationHeader = Annotated[str | None, Header(alias="Authorization", description="Bearer <token>")]
+
+
+def _replica_time_out(replica: ReplicaTime) -> ReplicaTimeOut:
+    return ReplicaTimeOut(**asdict(replica))
 
 
 def _bearer(authorization: str | None) -> str | None:
@@ -799,13 +936,31 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
             coalesce=True,
             next_run_time=datetime.now(UTC),  # the store's size is known from the start
         )
+        scheduler.add_job(
+            service.sample_trends,
+            "interval",
+            seconds=settings.trend_interval,
+            id="trends",
+            max_instances=1,
+            coalesce=True,
+        )
+        if service.time_view is not None:
+            scheduler.add_job(
+                service.poll_time,
+                "interval",
+                seconds=min(TIME_POLL_INTERVAL_S, settings.trend_interval),
+                id="time",
+                max_instances=1,
+                coalesce=True,
+                next_run_time=datetime.now(UTC),
+            )
         scheduler.start()
         log.info("leasewatch_started", replica=settings.replica_id, scan_interval_s=settings.scan_interval)
         try:
             yield
         finally:
             scheduler.shutdown(wait=False)
-            await asyncio.to_thread(service.close)
+            await service.aclose()
 
     app = FastAPI(
         title="chronolock leasewatch",
@@ -967,7 +1122,8 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         require_reader(service, authorization)
         validate_lock_id(lock_id, legacy=True)
         watcher = await service.ready()
-        return _lock_out(await asyncio.to_thread(watcher.view, lock_id))
+        view = await asyncio.to_thread(watcher.view, lock_id)
+        return _lock_out(view, service.observed, time.time())
 
     @app.get(
         "/revocations",
@@ -975,9 +1131,15 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         summary="Recent revocations by this replica",
         responses=_REFUSALS,
     )
-    async def revocations(service: ServiceDep, authorization: AuthorizationHeader = None) -> list[RevocationOut]:
+    async def revocations(
+        service: ServiceDep,
+        limit: Annotated[int, Query(ge=1, le=500, description="newest this many")] = 500,
+        lock_id: Annotated[str | None, Query(max_length=1024, description="only this lock's")] = None,
+        authorization: AuthorizationHeader = None,
+    ) -> list[RevocationOut]:
         require_reader(service, authorization)
         watcher = await service.ready()
+        events = [e for e in reversed(watcher.events) if lock_id is None or e.lock_id == lock_id][:limit]
         return [
             RevocationOut(
                 lock_id=e.lock_id,
@@ -989,7 +1151,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
                 caller=e.caller,
                 holder=e.holder,
             )
-            for e in reversed(watcher.events)
+            for e in events
         ]
 
     @app.get(
@@ -1029,6 +1191,48 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
                 StoreErrorOut(at=e.at, where=e.where, kind=e.kind, detail=e.detail, lock_id=e.lock_id)
                 for e in seen.recent_errors(limit)
             ],
+        )
+
+    @app.get(
+        "/time",
+        response_model=TimeOut,
+        summary="Is time healthy? Each timesvc replica's /status as this replica last polled it",
+        description="The replicas are LEASEWATCH_TIMESVC_URLS, polled every "
+        f"{TIME_POLL_INTERVAL_S:g} s (this answer is the last poll; it costs timesvc nothing). "
+        "A replica is named by its position in the setting and the replica id it answered with, never "
+        "by its URL.",
+        responses={401: _REFUSALS[401]},
+    )
+    async def time_status(service: ServiceDep, authorization: AuthorizationHeader = None) -> TimeOut:
+        require_reader(service, authorization)
+        view = service.time_view
+        replicas = view.snapshot() if view is not None else []
+        return TimeOut(
+            configured=len(replicas),
+            poll_interval_s=min(TIME_POLL_INTERVAL_S, settings.trend_interval),
+            healthy=None if not replicas else all(not r.problems for r in replicas),
+            replicas=[_replica_time_out(r) for r in replicas],
+        )
+
+    @app.get(
+        "/trends",
+        response_model=TrendsOut,
+        summary="The last hour (720 samples) of grants, waits, revocations, store errors and timesvc",
+        description="One sample every LEASEWATCH_TREND_INTERVAL, kept in memory (a restart starts afresh). "
+        "Counts are over each sample's interval, levels at its end; what this replica saw, in the "
+        "partitions it watches.",
+        responses={401: _REFUSALS[401], 422: _REFUSALS[422]},
+    )
+    async def trends(
+        service: ServiceDep,
+        limit: Annotated[int | None, Query(ge=1, le=100_000, description="only the newest this many")] = None,
+        authorization: AuthorizationHeader = None,
+    ) -> TrendsOut:
+        require_reader(service, authorization)
+        return TrendsOut(
+            interval_s=settings.trend_interval,
+            size=service.trends.size,
+            samples=[TrendSampleOut(**asdict(sample)) for sample in service.trends.samples(limit)],
         )
 
     @app.get("/healthz", summary="The process is alive")

@@ -186,6 +186,8 @@ class LeaseView:
     holding: bool
     observed_age: float | None
     """Seconds since this watcher last saw the lease change (None: not seen yet)."""
+    token: int = 0
+    """The holder's fencing token (0 for a waiter)."""
 
 
 @dataclass(frozen=True)
@@ -873,7 +875,7 @@ class Watcher:
             if state.holder is not None and state.holder_raw is not None:
                 h = state.holder
                 age = self._age((lock_id, HOLDER_COLUMN), state.holder_raw, now)
-                leases[h.owner] = LeaseView(h.owner, h.ticket, h.version, h.lease, True, age)
+                leases[h.owner] = LeaseView(h.owner, h.ticket, h.version, h.lease, True, age, h.token)
             queue: list[tuple[str, str]] = []
             for cell in state.queue:
                 try:

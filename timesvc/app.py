@@ -77,6 +77,10 @@ class StatusResponse(BaseModel):
     last_publisher: str = Field(description="replica that last wrote GlobalTime, as last seen")
     last_tick_at: datetime | None
     last_tick_ok: bool | None
+    last_ok_tick_age_s: float | None = Field(
+        description="seconds since the last successful tick (each publishes this replica's clock reading), "
+        "on this replica's monotonic clock"
+    )
     last_error: str | None
     ticks: int
     failed_ticks: int
@@ -86,6 +90,8 @@ class StatusResponse(BaseModel):
         description="each running peer's published clock minus ours, when ours was last checked against them"
     )
     store_round_trips: int
+    now_requests: int = Field(description="GET /now answers since start (a rate is the difference of two readings)")
+    now_errors: int = Field(description="GET /now answers that were errors, since start")
     tick_s: float
     max_skew_s: float
 
@@ -159,6 +165,9 @@ class TimeService:
         self._state = _TickState()
         self._report_due = False
         self._open_lock = asyncio.Lock()
+        # The same counts as timesvc_now_requests_total, readable without the registry (/status).
+        self.now_answers = 0
+        self.now_failures = 0
         self.coalescer: Coalescer[UpdateResult] = Coalescer(self._round_trip, min_interval=settings.min_trip_interval)
 
     # -- store and updater -------------------------------------------------------------
@@ -278,6 +287,7 @@ class TimeService:
             last_publisher=self._updater.last_publisher if self._updater else "",
             last_tick_at=state.at,
             last_tick_ok=state.ok,
+            last_ok_tick_age_s=None if state.ok_monotonic is None else round(time.monotonic() - state.ok_monotonic, 3),
             last_error=public_error(state.error) if state.error is not None else None,
             ticks=state.ticks,
             failed_ticks=state.failed,
@@ -285,6 +295,8 @@ class TimeService:
             replicas=self.settings.replicas,
             peer_offsets_us=dict(self._updater.peer_offsets_us) if self._updater else {},
             store_round_trips=self.coalescer.round_trips,
+            now_requests=self.now_answers,
+            now_errors=self.now_failures,
             tick_s=self.settings.tick,
             max_skew_s=self.settings.max_skew,
         )
@@ -384,8 +396,11 @@ def create_app(
             result = await service.now()
         except ChronolockError:
             metrics.now_errors.inc()
+            service.now_answers += 1
+            service.now_failures += 1
             raise
         metrics.now_ok.inc()
+        service.now_answers += 1
         metrics.now_latency.observe(time.perf_counter() - started)
         body = f'{{"now_us":{result.now_us},"replica":{replica_json}}}'
         return Response(content=body, media_type="application/json", headers=no_store)
