@@ -78,6 +78,7 @@ from leasewatch.settings import LeasewatchSettings
 from leasewatch.timeview import POLL_INTERVAL_S as TIME_POLL_INTERVAL_S
 from leasewatch.timeview import ReplicaTime, TimeView
 from leasewatch.trends import Trends
+from leasewatch.trends import window as trend_window
 from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
 from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied, StoreError
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
@@ -199,6 +200,11 @@ class LockSummary(BaseModel):
     fencing_token: int
     queue_length: int
     oldest_lease_age_s: float | None
+    most_overdue: float | None = Field(
+        description="the largest 'unchanged for' / lease length of its leases, as this replica observed them: "
+        "a lease renews at a third, so above ~0.4 renewals are late, above 1 it is overdue and it is revoked "
+        "at 1 + grace / lease (None: not observed here)"
+    )
 
 
 class RefusedOut(BaseModel):
@@ -306,9 +312,21 @@ class TrendSampleOut(BaseModel):
     clock_offsets_s: dict[str, float] = Field(description="each timesvc replica's wall clock minus GlobalTime")
 
 
+class TrendWindowOut(BaseModel):
+    samples: int
+    grants: int = Field(description="grants seen in all the samples")
+    revocations: int
+    store_errors: int
+    max_grants_per_s: float | None
+    max_wait_p99_s: float | None
+    max_longest_wait_s: float | None
+    max_now_per_s: float | None
+
+
 class TrendsOut(BaseModel):
     interval_s: float = Field(description="LEASEWATCH_TREND_INTERVAL")
     size: int = Field(description="samples kept at most")
+    window: TrendWindowOut = Field(description="totals and peaks over the samples answered")
     samples: list[TrendSampleOut] = Field(description="oldest first")
 
 
@@ -1037,6 +1055,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
                 fencing_token=line.fencing_token,
                 queue_length=line.queue_length,
                 oldest_lease_age_s=line.oldest_lease_age,
+                most_overdue=line.most_overdue,
             )
             for line in page
         ]
@@ -1229,10 +1248,12 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         authorization: AuthorizationHeader = None,
     ) -> TrendsOut:
         require_reader(service, authorization)
+        samples = service.trends.samples(limit)
         return TrendsOut(
             interval_s=settings.trend_interval,
             size=service.trends.size,
-            samples=[TrendSampleOut(**asdict(sample)) for sample in service.trends.samples(limit)],
+            window=TrendWindowOut(**asdict(trend_window(samples))),
+            samples=[TrendSampleOut(**asdict(sample)) for sample in samples],
         )
 
     @app.get("/healthz", summary="The process is alive")

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-__all__ = ["TREND_SAMPLES", "WAIT_RESERVOIR", "TrendSample", "Trends", "quantile"]
+__all__ = ["TREND_SAMPLES", "WAIT_RESERVOIR", "TrendSample", "TrendWindow", "Trends", "quantile", "window"]
 
 TREND_SAMPLES = 720
 WAIT_RESERVOIR = 4096
@@ -62,6 +62,37 @@ class TrendSample:
     """timesvc ``/now`` answers per second, summed over the replicas that answered (None: none)."""
     clock_offsets_s: dict[str, float]
     """Each timesvc replica's wall clock minus GlobalTime (replica id, or #position when unnamed)."""
+
+
+@dataclass(frozen=True)
+class TrendWindow:
+    """Totals and peaks over a run of samples (what the page prints beside each sparkline)."""
+
+    samples: int
+    grants: int
+    revocations: int
+    store_errors: int
+    max_grants_per_s: float | None
+    max_wait_p99_s: float | None
+    max_longest_wait_s: float | None
+    max_now_per_s: float | None
+
+
+def window(samples: list[TrendSample]) -> TrendWindow:
+    def peak(values: list[float | None]) -> float | None:
+        present = [v for v in values if v is not None]
+        return max(present) if present else None
+
+    return TrendWindow(
+        samples=len(samples),
+        grants=sum(s.grants for s in samples),
+        revocations=sum(s.revocations for s in samples),
+        store_errors=sum(s.store_errors for s in samples),
+        max_grants_per_s=peak([s.grants_per_s for s in samples]),
+        max_wait_p99_s=peak([s.wait_p99_s for s in samples]),
+        max_longest_wait_s=peak([s.longest_wait_s for s in samples]),
+        max_now_per_s=peak([s.now_per_s for s in samples]),
+    )
 
 
 class Trends:

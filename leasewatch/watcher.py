@@ -211,6 +211,8 @@ class LockSummaryView:
     fencing_token: int
     queue_length: int
     oldest_lease_age: float | None
+    most_overdue: float | None = None
+    """The largest (unchanged for / its lease length) of its leases: above 1 a lease is overdue."""
 
 
 @dataclass
@@ -860,9 +862,14 @@ class Watcher:
         """Where a read of this lock's queue starts: its published watermark."""
         return queue_start(self.store.read_versioned(lock_id, serial=False))
 
-    def _age(self, key: _Key, value: str, now: float) -> float | None:
+    def _observed(self, key: _Key, value: str) -> _Observation | None:
+        """The observation of this lease, if it is of this very value (else it changed since)."""
         obs = self._leases.get(key)
-        return None if obs is None or obs.value != value else round(now - obs.changed_at, 3)
+        return None if obs is None or obs.value != value else obs
+
+    def _age(self, key: _Key, value: str, now: float) -> float | None:
+        obs = self._observed(key, value)
+        return None if obs is None else round(now - obs.changed_at, 3)
 
     def view(self, lock_id: str) -> LockView:
         state = self._read(lock_id)
@@ -916,9 +923,11 @@ class Watcher:
             for lock_id in ids:
                 row = rows.get(lock_id, {})
                 raw = row.get(HOLDER_COLUMN)
-                ages = [] if raw is None else [self._age((lock_id, HOLDER_COLUMN), raw, now)]
-                ages += [self._age((lock_id, c.column), c.value, now) for c in queues.get(lock_id, ())]
-                known = [a for a in ages if a is not None]
+                keys = [] if raw is None else [((lock_id, HOLDER_COLUMN), raw)]
+                keys += [((lock_id, c.column), c.value) for c in queues.get(lock_id, ())]
+                seen = [self._observed(key, value) for key, value in keys]
+                known = [round(now - obs.changed_at, 3) for obs in seen if obs is not None]
+                overdue = [(now - obs.changed_at) / obs.lease for obs in seen if obs is not None and obs.lease > 0]
                 try:
                     token = parse_fence(row.get(FENCE_COLUMN))[0]
                 except StoreError:
@@ -930,6 +939,7 @@ class Watcher:
                         fencing_token=token,
                         queue_length=len(queues.get(lock_id, ())),
                         oldest_lease_age=max(known) if known else None,
+                        most_overdue=round(max(overdue), 3) if overdue else None,
                     )
                 )
         return out, (ids[-1] if len(ids) == limit else None)
