@@ -833,6 +833,13 @@ LockIdPath = Annotated[
         json_schema_extra={"minLength": 1, "maxLength": MAX_LOCK_ID_BYTES, "x-max-utf8-bytes": MAX_LOCK_ID_BYTES},
     ),
 ]
+LockIdQuery = Annotated[
+    str | None,
+    Query(
+        description=f"only this lock id: at most {MAX_LOCK_ID_BYTES} bytes of UTF-8 (ids are in NFC)",
+        json_schema_extra={"maxLength": MAX_LOCK_ID_BYTES, "x-max-utf8-bytes": MAX_LOCK_ID_BYTES},
+    ),
+]
 _REFUSALS: dict[int | str, dict[str, Any]] = {
     401: {"model": RefusedOut, "description": "a bearer token is required (LEASEWATCH_READ_TOKEN)"},
     422: {"description": "invalid lock id or parameters"},
@@ -1037,9 +1044,12 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         response: Response,
         limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX, description="locks per page")] = 100,
         after: Annotated[
-            str | None, Query(max_length=1024, description="cursor: the last id of the page before")
+            str | None,
+            Query(max_length=MAX_LOCK_ID_BYTES, description="cursor: the last id of the page before"),
         ] = None,
-        prefix: Annotated[str, Query(max_length=1024, description="only lock ids starting with this")] = "",
+        prefix: Annotated[
+            str, Query(max_length=MAX_LOCK_ID_BYTES, description="only lock ids starting with this")
+        ] = "",
         authorization: AuthorizationHeader = None,
     ) -> list[LockSummary]:
         require_reader(service, authorization)
@@ -1153,10 +1163,12 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     async def revocations(
         service: ServiceDep,
         limit: Annotated[int, Query(ge=1, le=500, description="newest this many")] = 500,
-        lock_id: Annotated[str | None, Query(max_length=1024, description="only this lock's")] = None,
+        lock_id: LockIdQuery = None,
         authorization: AuthorizationHeader = None,
     ) -> list[RevocationOut]:
         require_reader(service, authorization)
+        if lock_id is not None:
+            validate_lock_id(lock_id, legacy=True)
         watcher = await service.ready()
         events = [e for e in reversed(watcher.events) if lock_id is None or e.lock_id == lock_id][:limit]
         return [
@@ -1185,10 +1197,12 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     async def observed(
         service: ServiceDep,
         limit: Annotated[int, Query(ge=1, le=1000, description="grants and errors each")] = 50,
-        lock_id: Annotated[str | None, Query(max_length=1024, description="only this lock's grants")] = None,
+        lock_id: LockIdQuery = None,
         authorization: AuthorizationHeader = None,
     ) -> ObservedOut:
         require_reader(service, authorization)
+        if lock_id is not None:
+            validate_lock_id(lock_id, legacy=True)
         seen = service.observed
         waits = seen.longest_wait()
         return ObservedOut(

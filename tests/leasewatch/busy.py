@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -57,6 +58,7 @@ def fleet_ids(n: int) -> list[str]:
 
 @dataclass
 class Busy:
+    processes: Fleet
     store_url: str
     leasewatch: ServiceProcess
     timesvc: list[ServiceProcess]
@@ -68,7 +70,13 @@ class Busy:
     crashed: str = ""
     ids: list[str] = field(default_factory=list)
 
-    def get(self, path: str, **params: object) -> object:
+    def leasewatch_with(self, *, env: dict[str, str], name: str) -> ServiceProcess:
+        """Another leasewatch replica on the same store (it takes over a share of the partitions)."""
+        other = self.processes.leasewatch(self.store_url, name=name, env=env)
+        other.wait_ready(timeout=60)
+        return other
+
+    def get(self, path: str, **params: object) -> Any:
         response = httpx.get(f"{self.leasewatch.url}{path}", params=params or None, timeout=10)
         response.raise_for_status()
         return response.json()
@@ -125,7 +133,7 @@ def busy_state(processes: Fleet, workdir: Path, *, trend_interval: float = 0.5, 
     ts_a.wait_ready(timeout=60)
     ts_b.wait_ready(timeout=60)
     lw.wait_ready(timeout=60)
-    busy = Busy(store_url, lw, [ts_a, ts_b], skew is not None, ids=held)
+    busy = Busy(processes, store_url, lw, [ts_a, ts_b], skew is not None, ids=held)
     stop = threading.Event()
     threads: list[threading.Thread] = []
     urls = [ts_a.url, ts_b.url]
@@ -156,10 +164,10 @@ def busy_state(processes: Fleet, workdir: Path, *, trend_interval: float = 0.5, 
             start(wait_in_line, side)
             _until(
                 "a waiter queued",
-                lambda n=n: len(busy.get(f"/locks/{quote(QUEUED, safe='')}")["queue"]) == n + 2,  # type: ignore[index]
+                lambda n=n: len(busy.get(f"/locks/{quote(QUEUED, safe='')}")["queue"]) == n + 2,
                 30,
             )
-        queue = busy.get(f"/locks/{quote(QUEUED, safe='')}")["queue"]  # type: ignore[index]
+        queue = busy.get(f"/locks/{quote(QUEUED, safe='')}")["queue"]
         busy.waiters = [entry["owner"] for entry in queue[1:]]
 
         # Two threads taking turns on one lock.
@@ -197,7 +205,7 @@ def busy_state(processes: Fleet, workdir: Path, *, trend_interval: float = 0.5, 
         actor.kill()
         _until(
             "the dead holder revoked",
-            lambda: any(e["owner"] == busy.crashed for e in busy.get("/revocations")),  # type: ignore[attr-defined]
+            lambda: any(e["owner"] == busy.crashed for e in busy.get("/revocations")),
             30,
         )
         try:
