@@ -17,9 +17,11 @@ The lifespan opens the store, starts the scan job (APScheduler, every
   next waiter is answered at once rather than at the next poll;
 * ``POST /revoke/{id}`` — operator revocation, bearer token required (one of the named
   ``LEASEWATCH_ADMIN_TOKENS``; the name is recorded with the revocation);
-* ``GET /revocations`` — recent revocations by this replica; ``GET /observed`` — what it saw
-  happen: the longest wait now (which lock), recent grants with their observed waits, recent
-  store errors (:mod:`leasewatch.observed`);
+* ``GET /revocations?lock_id=&limit=`` — recent revocations by this replica; ``GET /observed``
+  — what it saw happen: the longest wait now (which lock), recent grants with their observed
+  waits, recent store errors (:mod:`leasewatch.observed`);
+* ``GET /time`` — each timesvc replica's ``/status`` as last polled (:mod:`leasewatch.timeview`);
+  ``GET /trends`` — the last hour of samples (:mod:`leasewatch.trends`); both feed the page;
 
 * ``/healthz``, ``/readyz`` and ``/status`` (both name the partitions this replica watches),
   ``/metrics``, OpenAPI at ``/docs``, and a small page at ``/``.
@@ -28,14 +30,16 @@ Actions put the lock id last (``/wait/{id}``, not ``/locks/{id}/wait``): a lock 
 contain ``/``, and ``/locks/{id}`` only ever shows a lock.
 
 Jobs: ``refresh`` (the partition leases, :mod:`leasewatch.partitions`) every
-``min(scan_interval, partition_lease / 6)``; ``scan`` every ``scan_interval`` over the
+``min(scan_interval, partition_lease / 6)``; ``trends`` every ``trend_interval`` and ``time`` (the
+timesvc poll, when URLs are set) every 2 s; ``scan`` every ``scan_interval`` over the
 partitions this replica watches; ``due`` every 50 ms (re-reads the leases whose deadline
 came, when any did); ``gc`` every ``gc_interval`` (store maintenance: SQLite tombstones in
 batches and a WAL checkpoint, with the outcome logged and the store's size in metrics).
 
-With ``LEASEWATCH_READ_TOKEN`` set, ``/locks``, ``/locks/{id}``, ``/revocations`` and
-``/observed`` (lock ids and owners are business identifiers) need it, or an admin token, as a
-bearer token.
+With ``LEASEWATCH_READ_TOKEN`` set, ``/locks``, ``/locks/{id}``, ``/revocations``,
+``/observed``, ``/time`` and ``/trends`` (lock ids and owners are business identifiers; replica
+names and clock offsets are what timesvc guards with its own read token) need it, or an admin
+token, as a bearer token. The page itself holds no data.
 
 **Bounds on long-polls** (a security review found 300 waiters on distinct ids making
 ~17,000 store reads per second): at most ``max_waiters`` long-polls per process and

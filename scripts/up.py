@@ -58,6 +58,8 @@ def main() -> int:
         "LEASEWATCH_PORT": str(base + 3),
         "LEASEWATCH_REPLICA_ID": "leasewatch-1",
         "LEASEWATCH_LOG_FORMAT": "console",
+        # The page's time panel polls each replica's /status.
+        "LEASEWATCH_TIMESVC_URLS": ",".join(f"http://127.0.0.1:{base + i}" for i in range(3)),
     }
     plan.append(("leasewatch", [str(BIN / "leasewatch"), "serve"], lw_env, base + 3))
     busy = [port for *_, port in plan if not port_is_free(port)]

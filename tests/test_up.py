@@ -126,6 +126,7 @@ def test_up_starts_the_stack_stops_it_on_ctrl_c_and_starts_again_at_once(tmp_pat
             for i in range(3):
                 assert client.get(f"http://127.0.0.1:{base + i}/now").json()["replica"] == f"timesvc-{i + 1}"
             assert client.get(f"http://127.0.0.1:{base + 3}/locks").json() == []
+            assert client.get(f"http://127.0.0.1:{base + 3}/time").json()["configured"] == 3  # the page's panel
             assert _stop(proc) == 0
     finally:
         if proc.poll() is None:
