@@ -474,3 +474,24 @@ def test_grants_and_waits_are_observed_but_an_inherited_holder_is_no_grant(
         done.set()
         waiter.join(10)
         assert w.observed.grants_seen == 2 and w.observed.longest_wait().seconds == 0.0
+
+
+def test_a_page_says_how_overdue_each_lock_is_in_its_own_lease_lengths(store: CellStore, clock: FakeMonotonic) -> None:
+    """The page's "most overdue" column: unchanged-for / lease of its most overdue lease. Holder
+    records written directly (nobody renews them), so only the injected clock moves."""
+    from lockclient.lease import FENCE_COLUMN, HolderRecord
+
+    leases = {"short": 4.0, "long": 40.0}
+    for lock_id, lease in leases.items():
+        store.put_cells(Table.INDEX, index_shard(lock_id), {lock_id: ""}, timestamp=1)
+        record = HolderRecord(f"owner-{lock_id}", 1, lease, make_ticket(1, f"owner-{lock_id}"), 1).encode()
+        cells = {HOLDER_COLUMN: record, FENCE_COLUMN: f"1|owner-{lock_id}"}
+        assert store.compare_and_set(lock_id, {HOLDER_COLUMN: None, FENCE_COLUMN: None}, cells).applied
+    w = watcher(store, clock, grace=100.0)  # nothing is revoked while the clock moves
+    before = {line.lock_id: line.most_overdue for line in w.page()[0]}
+    assert before == {"long": None, "short": None}, "not observed yet: unknown, not zero"
+    w.scan()
+    clock.now += 6.0
+    lines = {line.lock_id: line for line in w.page()[0]}
+    assert lines["short"].most_overdue == pytest.approx(1.5) and lines["long"].most_overdue == pytest.approx(0.15)
+    assert lines["short"].oldest_lease_age == pytest.approx(6.0)
