@@ -7,13 +7,33 @@ STAMP := $(VENV)/.installed
 # Debian packages the tests use: libfaketime (skewed clocks), a Java runtime (the local
 # Cassandra 1.2 node), chromium (the leasewatch page test), libfiu's fiu-utils (I/O faults
 # injected into one live process), openssl (throw-away certificates for the TLS tests); for
-# tests/faults also util-linux (unshare, mount) and iproute2.
-DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils openssl util-linux iproute2
+# tests/faults also util-linux (unshare, mount) and iproute2; prometheus for promtool (checks and
+# unit-tests k8s/monitoring's alert rules; the package's server is not started: it has no init here).
+DEBIAN_PACKAGES := faketime libfaketime chromium fiu-utils openssl util-linux iproute2 prometheus
 # Servers of the locks bench/peers.py compares chronolock with (installed by `make bench`, not
 # `make test`); their Python clients (kazoo, redis, psycopg) are in the dev extra.
 BENCH_DEBIAN_PACKAGES := zookeeper redis-server postgresql-15 etcd-server
+# `make image-test` (not part of `make test`: slow, needs root): podman with runc (crun refuses
+# this machine's hybrid cgroups), mmdebstrap for a local Debian base (no registry is reachable).
+IMAGE_DEBIAN_PACKAGES := podman runc mmdebstrap
 
-.PHONY: up test lint install system-deps bench-deps bench soak clean
+# Installs the Debian packages named in $(1) that are missing (root, or password-less sudo).
+define apt_install
+	@missing=""; \
+	for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	$(2) \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo -n"; fi; \
+	  apt="$$SUDO apt-get -o DPkg::Lock::Timeout=600"; \
+	  for try in 1 2 3; do \
+	    $$apt update -qq && DEBIAN_FRONTEND=noninteractive $$apt install -y -qq --no-install-recommends $$missing >/dev/null && break; \
+	    [ $$try = 3 ] && exit 1; echo "apt-get failed (another apt running?); retrying in 20 s"; sleep 20; \
+	  done; \
+	fi
+endef
+
+.PHONY: up test lint install system-deps bench-deps image-deps image-test bench soak clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,31 +46,13 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 system-deps:
-	@missing=""; \
-	for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo -n"; fi; \
-	  apt="$$SUDO apt-get -o DPkg::Lock::Timeout=600"; \
-	  for try in 1 2 3; do \
-	    $$apt update -qq && DEBIAN_FRONTEND=noninteractive $$apt install -y -qq --no-install-recommends $$missing >/dev/null && break; \
-	    [ $$try = 3 ] && exit 1; echo "apt-get failed (another apt running?); retrying in 20 s"; sleep 20; \
-	  done; \
-	fi
+	$(call apt_install,$(DEBIAN_PACKAGES),command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless";)
 
 bench-deps:
-	@missing=""; \
-	for p in $(BENCH_DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages for the benchmarks:$$missing"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo -n"; fi; \
-	  apt="$$SUDO apt-get -o DPkg::Lock::Timeout=600"; \
-	  for try in 1 2 3; do \
-	    $$apt update -qq && DEBIAN_FRONTEND=noninteractive $$apt install -y -qq --no-install-recommends $$missing >/dev/null && break; \
-	    [ $$try = 3 ] && exit 1; echo "apt-get failed (another apt running?); retrying in 20 s"; sleep 20; \
-	  done; \
-	fi
+	$(call apt_install,$(BENCH_DEBIAN_PACKAGES))
+
+image-deps:
+	$(call apt_install,$(IMAGE_DEBIAN_PACKAGES))
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -65,6 +67,12 @@ up: install
 
 bench: install bench-deps
 	$(PY) -m bench
+
+# Builds the Dockerfile with podman on a Debian bookworm base made here with mmdebstrap, then runs
+# timesvc and leasewatch from the image read-only as 10001:10001 and probes them
+# (scripts/image_test.py; a few minutes; removes what it made). IMAGE_TEST_ARGS=--keep keeps it.
+image-test: install image-deps
+	$(PY) scripts/image_test.py $(IMAGE_TEST_ARGS)
 
 # The mixed-fault run of tests/faults for SOAK_SECONDS (default 10 minutes) with a fresh seed
 # (printed; CHRONOLOCK_FAULT_SEED=... replays it), judged by the same checkers as in `make test`.

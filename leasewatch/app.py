@@ -17,6 +17,11 @@ The lifespan opens the store, starts the scan job (APScheduler, every
   next waiter is answered at once rather than at the next poll;
 * ``POST /revoke/{id}`` — operator revocation, bearer token required (one of the named
   ``LEASEWATCH_ADMIN_TOKENS``; the name is recorded with the revocation);
+* ``GET /revocations?lock_id=&limit=`` — recent revocations by this replica; ``GET /observed``
+  — what it saw happen: the longest wait now (which lock), recent grants with their observed
+  waits, recent store errors (:mod:`leasewatch.observed`);
+* ``GET /time`` — each timesvc replica's ``/status`` as last polled (:mod:`leasewatch.timeview`);
+  ``GET /trends`` — the last hour of samples (:mod:`leasewatch.trends`); both feed the page;
 
 * ``/healthz``, ``/readyz`` and ``/status`` (both name the partitions this replica watches),
   ``/metrics``, OpenAPI at ``/docs``, and a small page at ``/``.
@@ -25,13 +30,16 @@ Actions put the lock id last (``/wait/{id}``, not ``/locks/{id}/wait``): a lock 
 contain ``/``, and ``/locks/{id}`` only ever shows a lock.
 
 Jobs: ``refresh`` (the partition leases, :mod:`leasewatch.partitions`) every
-``min(scan_interval, partition_lease / 6)``; ``scan`` every ``scan_interval`` over the
+``min(scan_interval, partition_lease / 6)``; ``trends`` every ``trend_interval`` and ``time`` (the
+timesvc poll, when URLs are set) every 2 s; ``scan`` every ``scan_interval`` over the
 partitions this replica watches; ``due`` every 50 ms (re-reads the leases whose deadline
 came, when any did); ``gc`` every ``gc_interval`` (store maintenance: SQLite tombstones in
 batches and a WAL checkpoint, with the outcome logged and the store's size in metrics).
 
-With ``LEASEWATCH_READ_TOKEN`` set, ``/locks``, ``/locks/{id}`` and ``/revocations`` (lock
-ids and owners are business identifiers) need it, or an admin token, as a bearer token.
+With ``LEASEWATCH_READ_TOKEN`` set, ``/locks``, ``/locks/{id}``, ``/revocations``,
+``/observed``, ``/time`` and ``/trends`` (lock ids and owners are business identifiers; replica
+names and clock offsets are what timesvc guards with its own read token) need it, or an admin
+token, as a bearer token. The page itself holds no data.
 
 **Bounds on long-polls** (a security review found 300 waiters on distinct ids making
 ~17,000 store reads per second): at most ``max_waiters`` long-polls per process and
@@ -55,7 +63,7 @@ import hmac
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from importlib import resources
@@ -68,15 +76,21 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, Field
 
+from leasewatch.observed import Grant, Observed, StoreErrorEvent, ticket_seconds
 from leasewatch.partitions import PartitionLeases, PartitionStatus
 from leasewatch.settings import LeasewatchSettings
+from leasewatch.timeview import POLL_INTERVAL_S as TIME_POLL_INTERVAL_S
+from leasewatch.timeview import ReplicaTime, TimeView
+from leasewatch.trends import Trends
+from leasewatch.trends import window as trend_window
 from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
 from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied, StoreError
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
-from lockclient.lockid import MAX_LOCK_ID_BYTES, validate_lock_id
+from lockclient.lockid import INDEX_SHARDS, MAX_LOCK_ID_BYTES, validate_lock_id
 from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table
 from lockclient.store.opener import StoreOpener, public_error
+from lockclient.version import __version__, build_info
 from lockclient.wake import Watch
 
 __all__ = ["create_app"]
@@ -152,13 +166,32 @@ class LeaseOut(BaseModel):
 class QueueEntryOut(BaseModel):
     ticket: str
     owner: str
-    enqueued_at: datetime
+    enqueued_at: datetime = Field(description="the ticket's global time")
+    holding: bool = Field(description="this cell is the holder's (it stays first in line while it holds)")
+    waited_s: float | None = Field(
+        description="a waiter's wait so far: this replica's wall clock minus the ticket's global time "
+        "(errs by the clock skew between them); None for the holder"
+    )
     lease_age_s: float | None
+
+
+class HolderOut(BaseModel):
+    owner: str
+    fencing_token: int = Field(description="the holder's own token (from its holder record)")
+    ticket: str
+    version: int = Field(description="renewals of the holder record so far")
+    lease_s: float
+    seen_since: datetime | None = Field(
+        description="when this replica first saw this holder (None: the lock is in a partition it does not "
+        "watch); its grant, unless the holder was already there when this replica began watching the lock"
+    )
+    held_for_s: float | None = Field(description="seconds since seen_since: the hold time, at least")
 
 
 class LockOut(BaseModel):
     lock_id: str
     holders: list[str]
+    holder: HolderOut | None = Field(description="the fair queue's holder, with its token and hold time")
     fencing_token: int
     fencing_owner: str
     queue: list[QueueEntryOut]
@@ -171,6 +204,11 @@ class LockSummary(BaseModel):
     fencing_token: int
     queue_length: int
     oldest_lease_age_s: float | None
+    most_overdue: float | None = Field(
+        description="the largest 'unchanged for' / lease length of its leases, as this replica observed them: "
+        "a lease renews at a third, so above ~0.4 renewals are late, above 1 it is overdue and it is revoked "
+        "at 1 + grace / lease (None: not observed here)"
+    )
 
 
 class RefusedOut(BaseModel):
@@ -199,6 +237,135 @@ class RevocationOut(BaseModel):
     holder: bool
 
 
+class LongestWaitOut(BaseModel):
+    seconds: float = Field(description="the longest wait of any queued waiter now")
+    leases: float = Field(description="the longest wait in the waiter's own lease lengths")
+    lock_id: str | None = Field(description="the lock of the longest wait in leases")
+
+
+class GrantOut(BaseModel):
+    lock_id: str
+    owner: str
+    fencing_token: int
+    ticket: str
+    seen_at: datetime = Field(description="first sighting of this holder by this replica")
+    wait_s: float | None = Field(description="seen_at minus the ticket's global time (errs long by a look)")
+
+
+class StoreErrorOut(BaseModel):
+    at: datetime
+    where: str = Field(description="scan, revoke, partitions or due_check")
+    kind: str = Field(description="the error class (the label of leasewatch_store_errors_total)")
+    detail: str = Field(description="what failed, never where (no host or path)")
+    lock_id: str | None
+
+
+class ObservedOut(BaseModel):
+    longest_wait: LongestWaitOut
+    grants: list[GrantOut] = Field(description="recent grants seen by this replica, newest first")
+    store_errors: list[StoreErrorOut] = Field(description="recent store errors, newest first")
+
+
+class ReplicaTimeOut(BaseModel):
+    target: int = Field(description="1-based position in LEASEWATCH_TIMESVC_URLS")
+    replica: str | None = Field(description="its TIMESVC_REPLICA_ID, from its last answer (None: never answered)")
+    reachable: bool = Field(description="the last poll got a /status answer")
+    error: str | None = Field(description="why the last poll got none (a kind of failure; no URL)")
+    polled_at: datetime | None
+    answered_age_s: float | None = Field(description="seconds since its last answer")
+    version: str | None
+    ready: bool | None
+    runaway: bool | None
+    in_sync: bool | None
+    offset_s: float | None = Field(description="its wall clock minus GlobalTime at its last tick")
+    max_skew_s: float | None
+    last_tick_ok: bool | None
+    last_ok_tick_age_s: float | None = Field(
+        description="seconds since its last successful tick (which publishes its clock reading)"
+    )
+    last_publisher: str | None = Field(description="the replica that last wrote GlobalTime, as it saw it")
+    last_error: str | None
+    failed_ticks: int | None
+    rejected_ticks: int | None
+    now_requests: int | None = Field(description="its GET /now answers since it started")
+    now_errors: int | None
+    now_per_s: float | None = Field(description="GET /now answers per second between the last two polls")
+    peer_offsets_s: dict[str, float] = Field(description="each running peer's clock minus this one's")
+    problems: list[str] = Field(description="what is wrong, in words; empty = healthy")
+
+
+class TimeOut(BaseModel):
+    configured: int = Field(description="timesvc replicas in LEASEWATCH_TIMESVC_URLS (0: no time panel)")
+    poll_interval_s: float
+    healthy: bool | None = Field(description="every replica answered and has no problem (None: none configured)")
+    replicas: list[ReplicaTimeOut]
+
+
+class TrendSampleOut(BaseModel):
+    at: datetime = Field(description="end of the interval")
+    seconds: float = Field(description="length of the interval")
+    grants: int = Field(description="grants seen in the interval (new holders)")
+    grants_per_s: float
+    wait_p50_s: float | None = Field(description="median observed wait of those grants (ticket to first sighting)")
+    wait_p99_s: float | None
+    revocations: int
+    store_errors: int
+    longest_wait_s: float = Field(description="the longest wait of a queued waiter at the end of the interval")
+    locks: int | None = Field(description="lock ids with live state in the last scan")
+    now_per_s: float | None = Field(description="timesvc GET /now answers per second, all replicas that answered")
+    clock_offsets_s: dict[str, float] = Field(description="each timesvc replica's wall clock minus GlobalTime")
+
+
+class TrendWindowOut(BaseModel):
+    samples: int
+    grants: int = Field(description="grants seen in all the samples")
+    revocations: int
+    store_errors: int
+    max_grants_per_s: float | None
+    max_wait_p99_s: float | None
+    max_longest_wait_s: float | None
+    max_now_per_s: float | None
+
+
+class TrendsOut(BaseModel):
+    interval_s: float = Field(description="LEASEWATCH_TREND_INTERVAL")
+    size: int = Field(description="samples kept at most")
+    window: TrendWindowOut = Field(description="totals and peaks over the samples answered")
+    samples: list[TrendSampleOut] = Field(description="oldest first")
+
+
+class LastScanOut(BaseModel):
+    locks: int = Field(description="lock ids listed in the watched partitions")
+    looked: int = Field(description="locks read in that scan (the others were not due)")
+    leases: int = Field(description="leases observed")
+    due: int = Field(description="leases on the due schedule after it")
+    revoked: int
+    seconds: float
+    errors: list[str] = Field(description="the first 10 per-lock errors")
+
+
+class StatusOut(BaseModel):
+    replica: str
+    version: str = Field(description="chronolock version of this replica")
+    ready: bool
+    reasons: list[str]
+    member: str | None = Field(description="this run's member id in the partition table")
+    partitions: list[int] = Field(description="partitions (index shards) whose lease this replica holds")
+    watching: list[int] = Field(description="partitions it scans: its own and those recently handed over")
+    replicas_seen: list[str] = Field(description="replicas it believes alive, itself included")
+    partition_error: str | None
+    last_scan_ok: bool | None
+    last_scan_age_s: float | None = Field(description="seconds since the last successful scan")
+    locks: int | None = Field(description="lock ids with live state in the last scan")
+    leases: int | None = Field(description="lease records seen in the last scan")
+    last_scan: LastScanOut | None
+    revocations: int = Field(description="revocations by this replica since it started")
+    scan_interval_s: float
+    grace_s: float
+    partition_lease_s: float
+    store: dict[str, object] = Field(description="the last store maintenance: purged cells, file sizes, checkpoint")
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
@@ -217,6 +384,27 @@ class Metrics:
             "leasewatch_auth_failures", "requests refused for a missing or wrong token", ["scope"], registry=r
         )
         self.gc = Counter("leasewatch_gc_purged", "tombstones and expired cells purged by GC", registry=r)
+        self.build = build_info(r, "leasewatch")
+        # What this replica saw happen (leasewatch.observed): grants, waits, store errors.
+        self.grants = Counter("leasewatch_grants_observed", "new holders seen by scans", registry=r)
+        self.waits = Histogram(
+            "leasewatch_observed_wait_seconds",
+            "ticket to first sighting as holder (errs long by up to a scan interval)",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        # Set to functions of leasewatch.observed by observed_by(): aged to the scrape's time.
+        self.oldest_wait = Gauge(
+            "leasewatch_oldest_waiter_seconds",
+            "longest wait of a queued waiter now (the oldest waiter of each watched lock, as of its last look)",
+            registry=r,
+        )
+        self.oldest_wait_leases = Gauge(
+            "leasewatch_oldest_waiter_leases", "longest wait of a queued waiter, in its own lease lengths", registry=r
+        )
+        self.store_errors = Counter(
+            "leasewatch_store_errors", "store operations that failed, by kind of error", ["kind"], registry=r
+        )
         self.looked = Gauge(
             "leasewatch_locks_looked", "locks read in the last scan (the others were not due)", registry=r
         )
@@ -227,6 +415,12 @@ class Metrics:
         self.partitions = Gauge(
             "leasewatch_partitions_owned", "partitions of the lock ids this replica owns", registry=r
         )
+        # The constant the alert "some partition is owned by nobody" compares the sum of
+        # leasewatch_partitions_owned over all replicas with (so the rules need no number).
+        self.partitions_total = Gauge(
+            "leasewatch_partitions", "partitions of the lock-id space (lock index shards)", registry=r
+        )
+        self.partitions_total.set(INDEX_SHARDS)
         self.watching = Gauge(
             "leasewatch_partitions_watched", "partitions scanned (owned + recently handed over)", registry=r
         )
@@ -406,6 +600,27 @@ class WaitHub:
             self.metrics.waiters.dec()
 
 
+def observed_by(metrics: Metrics, trends: Trends | None = None) -> Observed:
+    """An :class:`Observed` that counts what it sees in ``metrics`` (and ``trends``)."""
+
+    def grant(event: Grant) -> None:
+        metrics.grants.inc()
+        if event.wait_s is not None:
+            metrics.waits.observe(event.wait_s)
+        if trends is not None:
+            trends.grant(event.wait_s)
+
+    def error(event: StoreErrorEvent) -> None:
+        metrics.store_errors.labels(event.kind).inc()
+        if trends is not None:
+            trends.store_error()
+
+    observed = Observed(on_grant=grant, on_error=error)
+    metrics.oldest_wait.set_function(lambda: observed.longest_wait().seconds)
+    metrics.oldest_wait_leases.set_function(lambda: observed.longest_wait().leases)
+    return observed
+
+
 def _moved(state: _LockState, watch: Watch) -> bool:
     if watch.kind == "gone":
         return watch.value not in state.tickets
@@ -422,6 +637,10 @@ class Leasewatch:
         self._owns_store = store is None
         self._opener = StoreOpener(settings.open_store)
         self.watcher: Watcher | None = None
+        self.trends = Trends()
+        self.observed = observed_by(self.metrics, self.trends)
+        token = settings.timesvc_token.get_secret_value() if settings.timesvc_token else None
+        self.time_view = TimeView(settings.timesvc_url_list, token) if settings.timesvc_url_list else None
         self.partitions: PartitionLeases | None = None
         self.partition_status: PartitionStatus | None = None
         self.partition_error: str | None = None
@@ -449,6 +668,7 @@ class Leasewatch:
                 orphan_after=self.settings.orphan_after,
                 replica_id=self.settings.replica_id,
                 on_revoke=self._count,
+                observed=self.observed,
                 scan_interval=self.settings.scan_interval,
             )
             self.partitions = PartitionLeases(
@@ -473,6 +693,23 @@ class Leasewatch:
 
     def _count(self, event: Revocation) -> None:
         self.metrics.revocations.labels("holder" if event.holder else "waiter").inc()
+        self.trends.revocation()
+
+    async def poll_time(self) -> None:
+        if self.time_view is not None:
+            await self.time_view.poll()
+
+    async def sample_trends(self) -> None:
+        """Cut a trend sample (on the event loop: a few counters and the longest-wait pass)."""
+        report = self.watcher.last_report if self.watcher is not None else None
+        times = self.time_view.snapshot() if self.time_view is not None else []
+        rates = [t.now_per_s for t in times if t.reachable and t.now_per_s is not None]
+        self.trends.sample(
+            longest_wait_s=self.observed.longest_wait().seconds,
+            locks=report.locks if report is not None else None,
+            now_per_s=sum(rates) if rates else None,
+            clock_offsets_s={t.name: t.offset_s for t in times if t.reachable and t.offset_s is not None},
+        )
 
     async def refresh_partitions(self) -> PartitionStatus | None:
         try:
@@ -482,6 +719,7 @@ class Leasewatch:
         except ChronolockError as exc:
             self.partition_error = str(exc)
             log.warning("partition_refresh_failed", error=str(exc))
+            self.observed.store_error("partitions", type(exc).__name__, public_error(exc))
             return None
         before = self.partition_status.takeovers if self.partition_status is not None else 0
         self.partition_status, self.partition_error = status, None
@@ -503,6 +741,7 @@ class Leasewatch:
             self.last_scan_ok, self.last_error = False, exc
             self.metrics.scans.labels("error").inc()
             log.warning("scan_failed", error=str(exc), error_type=type(exc).__name__)
+            self.observed.store_error("scan", type(exc).__name__, public_error(exc))
             return
         self.last_scan_ok, self.last_error, self.last_scan_at = True, None, time.monotonic()
         self.metrics.scans.labels("ok").inc()
@@ -525,6 +764,7 @@ class Leasewatch:
             report = await asyncio.to_thread(watcher.check_due)
         except ChronolockError as exc:
             log.warning("due_check_failed", error=str(exc))
+            self.observed.store_error("due_check", type(exc).__name__, public_error(exc))
             return
         self.metrics.due_checks.inc()
         self.metrics.due.set(report.due)
@@ -566,6 +806,11 @@ class Leasewatch:
             return False, ["no successful scan recently"]
         return True, []
 
+    async def aclose(self) -> None:
+        if self.time_view is not None:
+            await self.time_view.aclose()
+        await asyncio.to_thread(self.close)
+
     def close(self) -> None:
         if self.partitions is not None:
             try:
@@ -592,6 +837,13 @@ LockIdPath = Annotated[
         json_schema_extra={"minLength": 1, "maxLength": MAX_LOCK_ID_BYTES, "x-max-utf8-bytes": MAX_LOCK_ID_BYTES},
     ),
 ]
+LockIdQuery = Annotated[
+    str | None,
+    Query(
+        description=f"only this lock id: at most {MAX_LOCK_ID_BYTES} bytes of UTF-8 (ids are in NFC)",
+        json_schema_extra={"maxLength": MAX_LOCK_ID_BYTES, "x-max-utf8-bytes": MAX_LOCK_ID_BYTES},
+    ),
+]
 _REFUSALS: dict[int | str, dict[str, Any]] = {
     401: {"model": RefusedOut, "description": "a bearer token is required (LEASEWATCH_READ_TOKEN)"},
     422: {"description": "invalid lock id or parameters"},
@@ -599,11 +851,32 @@ _REFUSALS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _lock_out(view: LockView) -> LockOut:
+def _lock_out(view: LockView, observed: Observed, wall: float) -> LockOut:
     ages = {owner: lease.observed_age for owner, lease in view.leases.items()}
+    holding = next((lease for lease in view.leases.values() if lease.holding), None)
+    holder: HolderOut | None = None
+    if holding is not None:
+        held = observed.held_for(view.lock_id, holding.owner)
+        holder = HolderOut(
+            owner=holding.owner,
+            fencing_token=holding.token,
+            ticket=holding.ticket,
+            version=holding.version,
+            lease_s=holding.lease,
+            seen_since=None if held is None else held[0],
+            held_for_s=None if held is None else round(held[1], 3),
+        )
+
+    def waited(ticket: str) -> float | None:
+        issued = ticket_seconds(ticket)
+        if issued is None or (holding is not None and ticket == holding.ticket):
+            return None
+        return round(max(0.0, wall - issued), 3)
+
     return LockOut(
         lock_id=view.lock_id,
         holders=view.holders,
+        holder=holder,
         fencing_token=view.fencing_token,
         fencing_owner=view.fencing_owner,
         queue=[
@@ -611,6 +884,8 @@ def _lock_out(view: LockView) -> LockOut:
                 ticket=ticket,
                 owner=owner,
                 enqueued_at=datetime.fromtimestamp(int(ticket[:20]) / 1e6, UTC),
+                holding=holding is not None and ticket == holding.ticket,
+                waited_s=waited(ticket),
                 lease_age_s=ages.get(owner),
             )
             for ticket, owner in view.queue
@@ -630,6 +905,10 @@ def _lock_out(view: LockView) -> LockOut:
 
 
 AuthorizationHeader = Annotated[str | None, Header(alias="Authorization", description="Bearer <token>")]
+
+
+def _replica_time_out(replica: ReplicaTime) -> ReplicaTimeOut:
+    return ReplicaTimeOut(**asdict(replica))
 
 
 def _bearer(authorization: str | None) -> str | None:
@@ -686,18 +965,36 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
             coalesce=True,
             next_run_time=datetime.now(UTC),  # the store's size is known from the start
         )
+        scheduler.add_job(
+            service.sample_trends,
+            "interval",
+            seconds=settings.trend_interval,
+            id="trends",
+            max_instances=1,
+            coalesce=True,
+        )
+        if service.time_view is not None:
+            scheduler.add_job(
+                service.poll_time,
+                "interval",
+                seconds=min(TIME_POLL_INTERVAL_S, settings.trend_interval),
+                id="time",
+                max_instances=1,
+                coalesce=True,
+                next_run_time=datetime.now(UTC),
+            )
         scheduler.start()
         log.info("leasewatch_started", replica=settings.replica_id, scan_interval_s=settings.scan_interval)
         try:
             yield
         finally:
             scheduler.shutdown(wait=False)
-            await asyncio.to_thread(service.close)
+            await service.aclose()
 
     app = FastAPI(
         title="chronolock leasewatch",
         summary="Revokes dead lock holders and waiters by observation; lock introspection and wake-ups",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
     )
 
@@ -751,7 +1048,8 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         response: Response,
         limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX, description="locks per page")] = 100,
         after: Annotated[
-            str | None, Query(max_length=MAX_LOCK_ID_BYTES, description="cursor: the last id of the page before")
+            str | None,
+            Query(max_length=MAX_LOCK_ID_BYTES, description="cursor: the last id of the page before"),
         ] = None,
         prefix: Annotated[
             str, Query(max_length=MAX_LOCK_ID_BYTES, description="only lock ids starting with this")
@@ -771,6 +1069,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
                 fencing_token=line.fencing_token,
                 queue_length=line.queue_length,
                 oldest_lease_age_s=line.oldest_lease_age,
+                most_overdue=line.most_overdue,
             )
             for line in page
         ]
@@ -856,7 +1155,8 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         require_reader(service, authorization)
         validate_lock_id(lock_id, legacy=True)
         watcher = await service.ready()
-        return _lock_out(await asyncio.to_thread(watcher.view, lock_id))
+        view = await asyncio.to_thread(watcher.view, lock_id)
+        return _lock_out(view, service.observed, time.time())
 
     @app.get(
         "/revocations",
@@ -864,9 +1164,17 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         summary="Recent revocations by this replica",
         responses=_REFUSALS,
     )
-    async def revocations(service: ServiceDep, authorization: AuthorizationHeader = None) -> list[RevocationOut]:
+    async def revocations(
+        service: ServiceDep,
+        limit: Annotated[int, Query(ge=1, le=500, description="newest this many")] = 500,
+        lock_id: LockIdQuery = None,
+        authorization: AuthorizationHeader = None,
+    ) -> list[RevocationOut]:
         require_reader(service, authorization)
+        if lock_id is not None:
+            validate_lock_id(lock_id, legacy=True)
         watcher = await service.ready()
+        events = [e for e in reversed(watcher.events) if lock_id is None or e.lock_id == lock_id][:limit]
         return [
             RevocationOut(
                 lock_id=e.lock_id,
@@ -878,8 +1186,93 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
                 caller=e.caller,
                 holder=e.holder,
             )
-            for e in reversed(watcher.events)
+            for e in events
         ]
+
+    @app.get(
+        "/observed",
+        response_model=ObservedOut,
+        summary="What this replica saw happen: the longest wait now, recent grants, recent store errors",
+        description="The JSON behind the alerts ChronolockLongWait (which lock) and "
+        "ChronolockStoreErrorsLeasewatch (which errors, when). Only the partitions this replica "
+        "watches: ask each replica.",
+        responses=_REFUSALS,
+    )
+    async def observed(
+        service: ServiceDep,
+        limit: Annotated[int, Query(ge=1, le=1000, description="grants and errors each")] = 50,
+        lock_id: LockIdQuery = None,
+        authorization: AuthorizationHeader = None,
+    ) -> ObservedOut:
+        require_reader(service, authorization)
+        if lock_id is not None:
+            validate_lock_id(lock_id, legacy=True)
+        seen = service.observed
+        waits = seen.longest_wait()
+        return ObservedOut(
+            longest_wait=LongestWaitOut(
+                seconds=round(waits.seconds, 3), leases=round(waits.leases, 3), lock_id=waits.lock_id
+            ),
+            grants=[
+                GrantOut(
+                    lock_id=g.lock_id,
+                    owner=g.owner,
+                    fencing_token=g.fencing_token,
+                    ticket=g.ticket,
+                    seen_at=g.seen_at,
+                    wait_s=None if g.wait_s is None else round(g.wait_s, 3),
+                )
+                for g in seen.recent_grants(lock_id, limit)
+            ],
+            store_errors=[
+                StoreErrorOut(at=e.at, where=e.where, kind=e.kind, detail=e.detail, lock_id=e.lock_id)
+                for e in seen.recent_errors(limit)
+            ],
+        )
+
+    @app.get(
+        "/time",
+        response_model=TimeOut,
+        summary="Is time healthy? Each timesvc replica's /status as this replica last polled it",
+        description="The replicas are LEASEWATCH_TIMESVC_URLS, polled every "
+        f"{TIME_POLL_INTERVAL_S:g} s (this answer is the last poll; it costs timesvc nothing). "
+        "A replica is named by its position in the setting and the replica id it answered with, never "
+        "by its URL.",
+        responses={401: _REFUSALS[401]},
+    )
+    async def time_status(service: ServiceDep, authorization: AuthorizationHeader = None) -> TimeOut:
+        require_reader(service, authorization)
+        view = service.time_view
+        replicas = view.snapshot() if view is not None else []
+        return TimeOut(
+            configured=len(replicas),
+            poll_interval_s=min(TIME_POLL_INTERVAL_S, settings.trend_interval),
+            healthy=None if not replicas else all(not r.problems for r in replicas),
+            replicas=[_replica_time_out(r) for r in replicas],
+        )
+
+    @app.get(
+        "/trends",
+        response_model=TrendsOut,
+        summary="The last hour (720 samples) of grants, waits, revocations, store errors and timesvc",
+        description="One sample every LEASEWATCH_TREND_INTERVAL, kept in memory (a restart starts afresh). "
+        "Counts are over each sample's interval, levels at its end; what this replica saw, in the "
+        "partitions it watches.",
+        responses={401: _REFUSALS[401], 422: _REFUSALS[422]},
+    )
+    async def trends(
+        service: ServiceDep,
+        limit: Annotated[int | None, Query(ge=1, le=100_000, description="only the newest this many")] = None,
+        authorization: AuthorizationHeader = None,
+    ) -> TrendsOut:
+        require_reader(service, authorization)
+        samples = service.trends.samples(limit)
+        return TrendsOut(
+            interval_s=settings.trend_interval,
+            size=service.trends.size,
+            window=TrendWindowOut(**asdict(trend_window(samples))),
+            samples=[TrendSampleOut(**asdict(sample)) for sample in samples],
+        )
 
     @app.get("/healthz", summary="The process is alive")
     async def healthz() -> dict[str, str]:
@@ -896,31 +1289,42 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
             "partitions": sorted(status.owned) if status is not None else [],
         }
 
-    @app.get("/status", summary="Partitions, the last scan, the store's size and last maintenance")
-    async def status(service: ServiceDep) -> dict[str, object]:
-        parts = service.partition_status
-        report = service.watcher.last_report if service.watcher is not None else None
-        return {
-            "replica": settings.replica_id,
-            "member": parts.member if parts is not None else None,
-            "partitions": sorted(parts.owned) if parts is not None else [],
-            "watching": sorted(parts.watching) if parts is not None else [],
-            "replicas_seen": list(parts.members) if parts is not None else [],
-            "partition_error": service.partition_error,
-            "last_scan": None
+    @app.get("/status", response_model=StatusOut, summary="Version, readiness, partitions, the last scan, the store")
+    async def status(service: ServiceDep) -> StatusOut:
+        ready, reasons = service.readiness()
+        watcher, at, parts = service.watcher, service.last_scan_at, service.partition_status
+        report = watcher.last_report if watcher is not None else None
+        return StatusOut(
+            replica=settings.replica_id,
+            version=__version__,
+            ready=ready,
+            reasons=reasons,
+            member=parts.member if parts is not None else None,
+            partitions=sorted(parts.owned) if parts is not None else [],
+            watching=sorted(parts.watching) if parts is not None else [],
+            replicas_seen=list(parts.members) if parts is not None else [],
+            partition_error=service.partition_error,
+            last_scan_ok=service.last_scan_ok,
+            last_scan_age_s=None if at is None else round(time.monotonic() - at, 3),
+            locks=report.locks if report is not None else None,
+            leases=report.leases if report is not None else None,
+            last_scan=None
             if report is None
-            else {
-                "locks": report.locks,
-                "looked": report.looked,
-                "leases": report.leases,
-                "due": report.due,
-                "revoked": report.revoked,
-                "seconds": round(report.seconds, 4),
-                "errors": report.errors[:10],
-            },
-            "revocations": service.watcher.revocations if service.watcher is not None else 0,
-            "store": service.last_maintenance,
-        }
+            else LastScanOut(
+                locks=report.locks,
+                looked=report.looked,
+                leases=report.leases,
+                due=report.due,
+                revoked=report.revoked,
+                seconds=round(report.seconds, 4),
+                errors=report.errors[:10],
+            ),
+            revocations=watcher.revocations if watcher is not None else 0,
+            scan_interval_s=settings.scan_interval,
+            grace_s=settings.grace,
+            partition_lease_s=settings.partition_lease,
+            store=service.last_maintenance,
+        )
 
     @app.get("/metrics", response_class=Response, summary="Prometheus metrics")
     async def metrics(service: ServiceDep) -> Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from rich.markup import escape
 
@@ -9,12 +11,18 @@ from leasewatch.settings import LeasewatchSettings
 from lockclient.entrypoint import guarded_main
 from lockclient.logs import configure_logging
 from lockclient.settings import redacted_settings, settings_help
+from lockclient.version import version_option
 
 app = typer.Typer(
     help="chronolock leasewatch: revokes dead lock holders and waiters.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,  # errors go through guarded_main: redacted, no locals
 )
+
+
+@app.callback()
+def _options(version: Annotated[bool, version_option("leasewatch")] = False) -> None:
+    """--version, before any command."""
 
 
 @app.command(epilog=escape(settings_help(LeasewatchSettings)).replace("\n", "\n\n"))

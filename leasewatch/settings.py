@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from functools import cached_property
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from lockclient.clock import parse_timesvc_urls
+from lockclient.errors import ConfigurationError
 from lockclient.settings import (
     SETTINGS_CONFIG,
     HttpServerSettings,
@@ -17,7 +20,23 @@ from lockclient.settings import (
     parse_named_tokens,
 )
 
-__all__ = ["LeasewatchSettings"]
+__all__ = ["LeasewatchSettings", "timesvc_url_list"]
+
+
+def timesvc_url_list(value: str) -> list[str]:
+    """``LEASEWATCH_TIMESVC_URLS`` → base URLs. Credentials in a URL are refused: the token goes
+    in LEASEWATCH_TIMESVC_TOKEN (a URL ends up in logs)."""
+    for entry in value.split(","):
+        # Before anything that quotes the URL in a message.
+        if "@" in urlsplit(entry.strip()).netloc:
+            raise ValueError("LEASEWATCH_TIMESVC_URLS must not carry credentials: use LEASEWATCH_TIMESVC_TOKEN")
+    try:
+        urls = parse_timesvc_urls(value)
+    except ConfigurationError as exc:
+        raise ValueError(str(exc).replace("CHRONOLOCK_TIMESVC_URLS", "LEASEWATCH_TIMESVC_URLS")) from exc
+    if not all(urlsplit(url).hostname for url in urls):
+        raise ValueError("every LEASEWATCH_TIMESVC_URLS entry needs a host")
+    return urls
 
 
 class LeasewatchSettings(StoreSettings, LoggingSettings, HttpServerSettings):
@@ -44,8 +63,23 @@ class LeasewatchSettings(StoreSettings, LoggingSettings, HttpServerSettings):
     )
     read_token: SecretStr | None = Field(
         default=None,
-        description="bearer token required for /locks, /locks/{id}, /revocations and the page "
-        "(admin tokens work too); unset = they are open",
+        description="bearer token required for /locks, /locks/{id}, /revocations, /observed, /time, /trends "
+        "and the page's data (admin tokens work too); unset = they are open",
+    )
+    timesvc_urls: str = Field(
+        default="",
+        description="comma-separated timesvc base URLs whose /status this replica polls for GET /time and the "
+        "page's time panel; empty = no time panel",
+    )
+    timesvc_token: SecretStr | None = Field(
+        default=None,
+        description="bearer token sent to timesvc /status (the replicas' TIMESVC_READ_TOKEN); unset = none sent",
+    )
+    trend_interval: float = Field(
+        default=5.0,
+        ge=0.1,
+        le=300,
+        description="seconds between trend samples (GET /trends keeps the last 720: an hour at 5 s)",
     )
     gc_interval: float = Field(
         default=60.0,
@@ -94,6 +128,23 @@ class LeasewatchSettings(StoreSettings, LoggingSettings, HttpServerSettings):
     @classmethod
     def _strong_read_token(cls, value: SecretStr | None) -> SecretStr | None:
         return check_token("LEASEWATCH_READ_TOKEN", value)
+
+    @field_validator("timesvc_token")
+    @classmethod
+    def _strong_timesvc_token(cls, value: SecretStr | None) -> SecretStr | None:
+        return check_token("LEASEWATCH_TIMESVC_TOKEN", value)
+
+    @field_validator("timesvc_urls")
+    @classmethod
+    def _valid_timesvc_urls(cls, value: str) -> str:
+        if value.strip():
+            timesvc_url_list(value)
+        return value
+
+    @cached_property
+    def timesvc_url_list(self) -> list[str]:
+        """The timesvc base URLs (empty: none configured)."""
+        return timesvc_url_list(self.timesvc_urls) if self.timesvc_urls.strip() else []
 
     @model_validator(mode="after")
     def _waiters_fit(self) -> LeasewatchSettings:

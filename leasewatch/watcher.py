@@ -76,6 +76,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from leasewatch.observed import Observed
 from lockclient.backoff import BACKOFF_INDEX_MARK
 from lockclient.errors import StoreError
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HolderRecord, WaiterRecord, parse_fence
@@ -83,6 +84,7 @@ from lockclient.lockid import INDEX_SHARDS, index_shard, make_ticket
 from lockclient.logs import get_logger
 from lockclient.store import CasResult, Cell, CellStore, Table
 from lockclient.store.base import CompareAndSet, Delete, Get, Op, ReadRow
+from lockclient.store.opener import public_error
 from lockclient.watermark import HEAD, parse_marks
 
 __all__ = [
@@ -125,6 +127,8 @@ class _Observation:
     owner: str
     ticket: str
     """A holder's: the ticket of its queue cell; a waiter's: its own ticket."""
+    token: int = 0
+    """A holder's fencing token (0 for a waiter)."""
     queued: float = 0.0
     """The deadline it sits on the due schedule with (0: not on it)."""
 
@@ -153,6 +157,9 @@ class _LockWatch:
     """(table, column) -> first sighting of a cell that is nobody's lease."""
     idle_since: float | None = None
     idle_ts: int = 0
+    inherited: bool = False
+    """Listed by the first index read of its shard here (this replica's start, or a partition
+    taken over): a holder found at its first look was granted before we watched."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,8 @@ class LeaseView:
     holding: bool
     observed_age: float | None
     """Seconds since this watcher last saw the lease change (None: not seen yet)."""
+    token: int = 0
+    """The holder's fencing token (0 for a waiter)."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +211,8 @@ class LockSummaryView:
     fencing_token: int
     queue_length: int
     oldest_lease_age: float | None
+    most_overdue: float | None = None
+    """The largest (unchanged for / its lease length) of its leases: above 1 a lease is overdue."""
 
 
 @dataclass
@@ -264,6 +275,7 @@ class Watcher:
         monotonic: Callable[[], float] = time.monotonic,
         on_revoke: Callable[[Revocation], None] | None = None,
         scan_interval: float = 1.0,
+        observed: Observed | None = None,
     ) -> None:
         if grace < 0 or orphan_after <= 0 or scan_interval <= 0:
             raise ValueError("grace must be >= 0, orphan_after and scan_interval > 0")
@@ -274,6 +286,8 @@ class Watcher:
         self._monotonic = monotonic
         self._on_revoke = on_revoke
         self.scan_interval = scan_interval
+        self.observed = observed if observed is not None else Observed()
+        """Grants, waits and store errors as this watcher saw them (leasewatch.observed)."""
         self._lock = threading.Lock()
         self._leases: dict[_Key, _Observation] = {}
         self._locks: dict[str, _LockWatch] = {}
@@ -328,12 +342,14 @@ class Watcher:
             at = self._monotonic()
             locks = self._locks
             high = self._index_high or 0
+            known_shards = self._shards or frozenset()
             for row, cells in found.items():
                 shard = int(row)
+                inherited = shard not in known_shards
                 for cell in cells:
                     watch = locks.get(cell.column)
                     if watch is None:
-                        watch = locks[cell.column] = _LockWatch(cell.timestamp, shard=shard)
+                        watch = locks[cell.column] = _LockWatch(cell.timestamp, shard=shard, inherited=inherited)
                         self._again.add(cell.column)
                     elif watch.index_ts != cell.timestamp:
                         watch.index_ts, watch.again = cell.timestamp, 2
@@ -366,6 +382,7 @@ class Watcher:
                 except StoreError as exc:
                     report.errors.append(f"{lock_id}: {exc}")
                     log.warning("scan_lock_failed", lock_id=lock_id, error=str(exc))
+                    self.observed.store_error("scan", type(exc).__name__, public_error(exc), lock_id)
             self._revoke_stale(stale, reads, report)
             self._check_due_locked(report)  # whatever came due meanwhile, also for in-process callers
             report.locks, report.looked, report.leases = len(locks), len(due_ids), len(self._leases)
@@ -392,6 +409,7 @@ class Watcher:
 
     def _forget(self, lock_id: str) -> None:
         watch = self._locks.pop(lock_id)
+        self.observed.forget(lock_id)
         for key in watch.keys:
             self._leases.pop(key, None)
         if watch.bucket >= 0:
@@ -469,6 +487,14 @@ class Watcher:
         if orphans or watch.orphans:
             watch.orphans = orphans or None
 
+        self.observed.saw_lock(
+            lock_id,
+            None if holder is None else (holder.owner, holder.token, holder.ticket),
+            [(obs.ticket, obs.lease) for obs in observed if obs is not holder],
+            inherited=watch.inherited,
+        )
+        watch.inherited = False
+
         # The next look, and the leases that may go stale before it (on the due schedule).
         # A whole number of scans, counted from this scan's start: the look period never exceeds
         # max(scan interval, LOOK_FRACTION x lease) whatever the scans' own durations.
@@ -515,7 +541,7 @@ class Watcher:
         try:
             if holder:
                 record = HolderRecord.decode(value)
-                obs = _Observation(value, now, record.lease, record.owner, record.ticket)
+                obs = _Observation(value, now, record.lease, record.owner, record.ticket, record.token)
             else:
                 waiter = WaiterRecord.decode(value)
                 obs = _Observation(value, now, waiter.lease, waiter.owner, key[1])
@@ -613,6 +639,7 @@ class Watcher:
             # Nothing is lost: the leases are read again (and found stale again) next time.
             report.errors.append(f"revocations: {exc}")
             log.warning("revocations_failed", error=str(exc))
+            self.observed.store_error("revoke", type(exc).__name__, public_error(exc))
 
     def _revoke_holders(self, holders: list[_Stale], reads: _Reads) -> int:
         ops = [CompareAndSet(key[0], {HOLDER_COLUMN: obs.value}, {HOLDER_COLUMN: None}) for key, obs, _ in holders]
@@ -835,9 +862,14 @@ class Watcher:
         """Where a read of this lock's queue starts: its published watermark."""
         return queue_start(self.store.read_versioned(lock_id, serial=False))
 
-    def _age(self, key: _Key, value: str, now: float) -> float | None:
+    def _observed(self, key: _Key, value: str) -> _Observation | None:
+        """The observation of this lease, if it is of this very value (else it changed since)."""
         obs = self._leases.get(key)
-        return None if obs is None or obs.value != value else round(now - obs.changed_at, 3)
+        return None if obs is None or obs.value != value else obs
+
+    def _age(self, key: _Key, value: str, now: float) -> float | None:
+        obs = self._observed(key, value)
+        return None if obs is None else round(now - obs.changed_at, 3)
 
     def view(self, lock_id: str) -> LockView:
         state = self._read(lock_id)
@@ -850,7 +882,7 @@ class Watcher:
             if state.holder is not None and state.holder_raw is not None:
                 h = state.holder
                 age = self._age((lock_id, HOLDER_COLUMN), state.holder_raw, now)
-                leases[h.owner] = LeaseView(h.owner, h.ticket, h.version, h.lease, True, age)
+                leases[h.owner] = LeaseView(h.owner, h.ticket, h.version, h.lease, True, age, h.token)
             queue: list[tuple[str, str]] = []
             for cell in state.queue:
                 try:
@@ -891,9 +923,11 @@ class Watcher:
             for lock_id in ids:
                 row = rows.get(lock_id, {})
                 raw = row.get(HOLDER_COLUMN)
-                ages = [] if raw is None else [self._age((lock_id, HOLDER_COLUMN), raw, now)]
-                ages += [self._age((lock_id, c.column), c.value, now) for c in queues.get(lock_id, ())]
-                known = [a for a in ages if a is not None]
+                keys = [] if raw is None else [((lock_id, HOLDER_COLUMN), raw)]
+                keys += [((lock_id, c.column), c.value) for c in queues.get(lock_id, ())]
+                seen = [self._observed(key, value) for key, value in keys]
+                known = [round(now - obs.changed_at, 3) for obs in seen if obs is not None]
+                overdue = [(now - obs.changed_at) / obs.lease for obs in seen if obs is not None and obs.lease > 0]
                 try:
                     token = parse_fence(row.get(FENCE_COLUMN))[0]
                 except StoreError:
@@ -905,6 +939,7 @@ class Watcher:
                         fencing_token=token,
                         queue_length=len(queues.get(lock_id, ())),
                         oldest_lease_age=max(known) if known else None,
+                        most_overdue=round(max(overdue), 3) if overdue else None,
                     )
                 )
         return out, (ids[-1] if len(ids) == limit else None)

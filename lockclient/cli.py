@@ -99,6 +99,7 @@ from lockclient.supervisor import (
     kill_grace_problem,
     run_supervised,
 )
+from lockclient.version import version_option
 
 if TYPE_CHECKING:
     from lockclient.locker import LockStatus, RemoteLock, RemoteLocker
@@ -134,6 +135,11 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,  # never print settings (passwords) in a traceback
     epilog=_EPILOG,
 )
+
+
+@app.callback()
+def _options(version: Annotated[bool, version_option("lockctl")] = False) -> None:
+    """--version, before any command."""
 
 
 class Strategy(enum.StrEnum):

@@ -22,10 +22,19 @@ BIN = Path(sys.executable).parent
 STATE = ROOT / ".chronolock"
 
 
-def port_is_free(port: int) -> bool:
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on ``host:port`` now — judged the way uvicorn binds.
+
+    uvicorn listens through asyncio's ``create_server``, which sets ``SO_REUSEADDR`` on
+    POSIX: connections of a previous run still in TIME_WAIT on the port do not stop it.
+    A bind without that option fails on them for up to a minute (Linux's 60 s TIME_WAIT)
+    after a restart, so the check binds with the same option; a port some process
+    listens on is refused either way.
+    """
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((host, port))
         except OSError:
             return False
         return True
@@ -49,6 +58,8 @@ def main() -> int:
         "LEASEWATCH_PORT": str(base + 3),
         "LEASEWATCH_REPLICA_ID": "leasewatch-1",
         "LEASEWATCH_LOG_FORMAT": "console",
+        # The page's time panel polls each replica's /status.
+        "LEASEWATCH_TIMESVC_URLS": ",".join(f"http://127.0.0.1:{base + i}" for i in range(3)),
     }
     plan.append(("leasewatch", [str(BIN / "leasewatch"), "serve"], lw_env, base + 3))
     busy = [port for *_, port in plan if not port_is_free(port)]

@@ -2,64 +2,142 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import importlib.util
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 import pytest
 
 from tests.support.procs import free_port
 
-pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_up_starts_the_stack_and_stops_it_on_ctrl_c(tmp_path: Path) -> None:
-    base = free_port()
-    while any(not _free(base + i) for i in range(4)):
-        base = free_port()
+def _load_up() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("chronolock_up_script", ROOT / "scripts" / "up.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+up = _load_up()
+
+
+def _plain_bind_refused(port: int) -> bool:
+    """What the check did before: a bind without SO_REUSEADDR."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            assert exc.errno == errno.EADDRINUSE
+            return True
+        return False
+
+
+def _time_wait_on(port: int) -> None:
+    """Leave a server-side connection of ``port`` in TIME_WAIT, as a stopped server does."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server closes first: its side ends in TIME_WAIT
+        assert client.recv(1) == b""  # the server's FIN arrived
+        client.close()
+
+
+def test_a_port_in_time_wait_is_free_as_uvicorn_sees_it() -> None:
+    port = free_port()
+    _time_wait_on(port)
+    assert _plain_bind_refused(port), "precondition: TIME_WAIT blocks a bind without SO_REUSEADDR"
+    assert up.port_is_free(port)
+
+    async def listen() -> None:  # what uvicorn does: asyncio's create_server
+        server = await asyncio.get_running_loop().create_server(asyncio.Protocol, "127.0.0.1", port)
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(listen())
+
+
+def test_a_port_someone_listens_on_is_busy() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        assert not up.port_is_free(listener.getsockname()[1])
+
+
+def _start_up(base: int, store: Path) -> tuple[subprocess.Popen[str], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONOLOCK_", "TIMESVC_", "LEASEWATCH_"))}
-    env |= {"CHRONOLOCK_UP_PORT": str(base), "CHRONOLOCK_STORE_URL": f"sqlite:///{tmp_path / 'cells.db'}"}
+    env |= {"CHRONOLOCK_UP_PORT": str(base), "CHRONOLOCK_STORE_URL": f"sqlite:///{store}"}
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "up.py")], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, str(ROOT / "scripts" / "up.py")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Ctrl-C stops everything" in line or "in use" in line:
+            break
+    return proc, "".join(lines)
+
+
+def _stop(proc: subprocess.Popen[str]) -> int:
     try:
-        assert proc.stdout is not None
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "Ctrl-C stops everything" in line:
-                break
-        out = "".join(lines)
-        assert "chronolock is up" in out, out
-        urls = re.findall(r"http://127\.0\.0\.1:\d+", out)
-        assert len(set(urls)) == 4
-        for i in range(3):
-            body = httpx.get(f"http://127.0.0.1:{base + i}/now", timeout=5).json()
-            assert body["replica"] == f"timesvc-{i + 1}"
-        assert httpx.get(f"http://127.0.0.1:{base + 3}/locks", timeout=5).json() == []
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        return proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.mark.slow
+def test_up_starts_the_stack_stops_it_on_ctrl_c_and_starts_again_at_once(tmp_path: Path) -> None:
+    base = free_port()
+    while any(not up.port_is_free(base + i) for i in range(4)):
+        base = free_port()
+    proc, out = _start_up(base, tmp_path / "cells.db")
+    try:
+        assert "chronolock is up" in out, out
+        urls = re.findall(r"http://127\.0\.0\.1:\d+", out)
+        assert len(set(urls)) == 4
+        # Keep-alive connections that the servers close when they stop: their side of
+        # each one is left in TIME_WAIT, as after any real run.
+        with httpx.Client(timeout=5) as client:
+            for i in range(3):
+                assert client.get(f"http://127.0.0.1:{base + i}/now").json()["replica"] == f"timesvc-{i + 1}"
+            assert client.get(f"http://127.0.0.1:{base + 3}/locks").json() == []
+            assert client.get(f"http://127.0.0.1:{base + 3}/time").json()["configured"] == 3  # the page's panel
+            assert _stop(proc) == 0
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
     for i in range(4):
-        assert _free(base + i), "a service outlived `make up`"
+        assert up.port_is_free(base + i), "a service outlived `make up`"
+    assert any(_plain_bind_refused(base + i) for i in range(4)), "precondition: no port left in TIME_WAIT"
 
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+    again, out = _start_up(base, tmp_path / "cells.db")
+    try:
+        assert "chronolock is up" in out, out
+        assert httpx.get(f"http://127.0.0.1:{base}/now", timeout=5).status_code == 200
+    finally:
+        assert _stop(again) == 0

@@ -43,6 +43,7 @@ from lockclient.logs import get_logger
 from lockclient.store import CellStore
 from lockclient.store.opener import StoreOpener, public_error
 from lockclient.store.url import parse_store_url
+from lockclient.version import __version__, build_info
 from timesvc.coalesce import Coalescer
 from timesvc.settings import TimesvcSettings
 
@@ -63,6 +64,7 @@ class ReadyResponse(BaseModel):
 
 class StatusResponse(BaseModel):
     replica: str
+    version: str = Field(description="chronolock version of this replica")
     store: str = Field(description="kind of store (sqlite, or the Cassandra keyspace); never hosts or paths")
     ready: bool
     runaway: bool = Field(description="the local wall clock is ahead of global time by more than max_skew")
@@ -75,6 +77,10 @@ class StatusResponse(BaseModel):
     last_publisher: str = Field(description="replica that last wrote GlobalTime, as last seen")
     last_tick_at: datetime | None
     last_tick_ok: bool | None
+    last_ok_tick_age_s: float | None = Field(
+        description="seconds since the last successful tick (each publishes this replica's clock reading), "
+        "on this replica's monotonic clock"
+    )
     last_error: str | None
     ticks: int
     failed_ticks: int
@@ -84,6 +90,8 @@ class StatusResponse(BaseModel):
         description="each running peer's published clock minus ours, when ours was last checked against them"
     )
     store_round_trips: int
+    now_requests: int = Field(description="GET /now answers since start (a rate is the difference of two readings)")
+    now_errors: int = Field(description="GET /now answers that were errors, since start")
     tick_s: float
     max_skew_s: float
 
@@ -112,6 +120,10 @@ class Metrics:
         self.runaway = Gauge("timesvc_runaway", "1 when the local clock is rejected as runaway", registry=r)
         self.global_time = Gauge("timesvc_global_time_seconds", "global time at the last update", registry=r)
         self.ready = Gauge("timesvc_ready", "1 when /readyz answers 200", registry=r)
+        self.build = build_info(r, "timesvc")
+        # Settings as gauges, so alert rules compare with the configured values, not copies.
+        self.max_skew = Gauge("timesvc_max_skew_seconds", "TIMESVC_MAX_SKEW: runaway threshold", registry=r)
+        self.tick = Gauge("timesvc_tick_seconds", "TIMESVC_TICK: seconds between ticks", registry=r)
 
 
 @dataclass
@@ -139,6 +151,8 @@ class TimeService:
     ) -> None:
         self.settings = settings
         self.metrics = Metrics()
+        self.metrics.max_skew.set(settings.max_skew)
+        self.metrics.tick.set(settings.tick)
         self._store = store
         self._owns_store = store is None
         self._opener = StoreOpener(settings.open_store)
@@ -151,6 +165,9 @@ class TimeService:
         self._state = _TickState()
         self._report_due = False
         self._open_lock = asyncio.Lock()
+        # The same counts as timesvc_now_requests_total, readable without the registry (/status).
+        self.now_answers = 0
+        self.now_failures = 0
         self.coalescer: Coalescer[UpdateResult] = Coalescer(self._round_trip, min_interval=settings.min_trip_interval)
 
     # -- store and updater -------------------------------------------------------------
@@ -260,6 +277,7 @@ class TimeService:
         ready, _ = self.readiness()
         return StatusResponse(
             replica=self.settings.replica_id,
+            version=__version__,
             store=self._store_kind,
             ready=ready,
             runaway=bool(last and last.runaway),
@@ -269,6 +287,7 @@ class TimeService:
             last_publisher=self._updater.last_publisher if self._updater else "",
             last_tick_at=state.at,
             last_tick_ok=state.ok,
+            last_ok_tick_age_s=None if state.ok_monotonic is None else round(time.monotonic() - state.ok_monotonic, 3),
             last_error=public_error(state.error) if state.error is not None else None,
             ticks=state.ticks,
             failed_ticks=state.failed,
@@ -276,6 +295,8 @@ class TimeService:
             replicas=self.settings.replicas,
             peer_offsets_us=dict(self._updater.peer_offsets_us) if self._updater else {},
             store_round_trips=self.coalescer.round_trips,
+            now_requests=self.now_answers,
+            now_errors=self.now_failures,
             tick_s=self.settings.tick,
             max_skew_s=self.settings.max_skew,
         )
@@ -329,7 +350,7 @@ def create_app(
     app = FastAPI(
         title="chronolock timesvc",
         summary="Monotonic global time for fair distributed locks",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
     )
 
@@ -375,8 +396,11 @@ def create_app(
             result = await service.now()
         except ChronolockError:
             metrics.now_errors.inc()
+            service.now_answers += 1
+            service.now_failures += 1
             raise
         metrics.now_ok.inc()
+        service.now_answers += 1
         metrics.now_latency.observe(time.perf_counter() - started)
         body = f'{{"now_us":{result.now_us},"replica":{replica_json}}}'
         return Response(content=body, media_type="application/json", headers=no_store)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from rich.markup import escape
 
 from lockclient.entrypoint import guarded_main
 from lockclient.logs import configure_logging
 from lockclient.settings import redacted_settings, settings_help
+from lockclient.version import version_option
 from timesvc.settings import TimesvcSettings
 
 app = typer.Typer(
@@ -15,6 +18,11 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,  # errors go through guarded_main: redacted, no locals
 )
+
+
+@app.callback()
+def _options(version: Annotated[bool, version_option("timesvc")] = False) -> None:
+    """--version, before any command."""
 
 
 @app.command(epilog=escape(settings_help(TimesvcSettings)).replace("\n", "\n\n"))

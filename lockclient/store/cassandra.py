@@ -64,6 +64,7 @@ from cassandra.protocol import ErrorMessage
 from cassandra.query import BatchStatement, BatchType, SimpleStatement, tuple_factory
 
 from lockclient.errors import ConfigurationError, StoreAccessDenied, StoreError, StoreUnavailable
+from lockclient.logs import get_logger
 from lockclient.redact import register_secret
 from lockclient.store.base import (
     CasResult,
@@ -100,6 +101,7 @@ __all__ = [
     "PROFILE_CAS",
     "PROFILE_SERIAL",
     "CassandraStore",
+    "ContactPointDCPolicy",
     "connect_cluster",
     "translate_error",
 ]
@@ -125,6 +127,34 @@ Compare-and-sets and serial reads are never sent twice."""
 DEFAULT_PROTOCOL_VERSION: Final = 5
 """Native protocol of Cassandra 4.x/5.x. Pinned, so that connecting does not negotiate downwards
 with a WARNING per connection; ``protocol_version=4`` for older servers."""
+
+log = get_logger("lockclient.store.cassandra")
+
+
+class ContactPointDCPolicy(DCAwareRoundRobinPolicy):  # type: ignore[misc]
+    """``DCAwareRoundRobinPolicy`` that adopts its contact points' datacenter without an INFO line.
+
+    Without ``?dc=`` the driver's policy takes the datacenter of the first contact point
+    that comes up — what we want — and says so at INFO, once per policy: three lines per
+    process (one policy per execution profile), each telling the operator to "specify a
+    local_dc". :func:`connect_cluster` reports the datacenter once instead, in its own
+    ``cassandra connected`` event, and warns only when it matters (the cluster has several
+    datacenters and none was named: requests then never leave the adopted one).
+
+    The adoption rule is the driver's own (a host whose endpoint is one of the contact
+    points); this class only sets ``local_dc`` before the driver's ``on_up`` would, so the
+    driver's branch that logs is never taken. ``_endpoints`` is the driver's private list
+    of resolved contact points (cassandra-driver 3.x); were it ever missing, the driver
+    adopts the datacenter itself and logs its line again — noise, never a wrong route
+    (``tests/store/test_cassandra_logs.py`` pins it)."""
+
+    local_dc: str
+
+    def on_up(self, host: Any) -> None:
+        if not self.local_dc and host.datacenter and host.endpoint in getattr(self, "_endpoints", ()):
+            self.local_dc = host.datacenter
+        super().on_up(host)
+
 
 PROFILE_SERIAL: Final = "chronolock-serial"
 """Execution profile for linearizable reads of the versioned table (SERIAL / LOCAL_SERIAL)."""
@@ -309,7 +339,7 @@ class _ModernDialect(_Dialect):
             # Each profile gets its own policy instance (the driver requires it). Replicas in
             # random order: with a fixed order every request for a lock goes first to the same
             # replica, and if that one has stopped answering, every one of them waits for it.
-            child = DCAwareRoundRobinPolicy(local_dc=dc) if dc else DCAwareRoundRobinPolicy()
+            child = DCAwareRoundRobinPolicy(local_dc=dc) if dc else ContactPointDCPolicy()
             return TokenAwarePolicy(child, shuffle_replicas=True)
 
         common: dict[str, Any] = {"request_timeout": timeout, "row_factory": tuple_factory}
@@ -585,7 +615,34 @@ def connect_cluster(
         cluster.shutdown()
         raise _connect_error(exc, parsed) from exc
     dialect.attach(session)
+    _log_connected(cluster, parsed, dc)
     return cluster, session, dialect
+
+
+def _log_connected(cluster: Any, url: StoreUrl, dc: str | None) -> None:
+    """One event per connected cluster: where requests go, over which protocol.
+
+    The driver's own start-up lines are per policy or per host; this is the one line an
+    operator needs, and a WARNING only for a real question: a cluster with several
+    datacenters and no ``?dc=`` (requests stay in whichever datacenter a contact point
+    happened to be in)."""
+    hosts = list(cluster.metadata.all_hosts())
+    datacenters = sorted({h.datacenter for h in hosts if h.datacenter})
+    policy = cluster.profile_manager.default.load_balancing_policy
+    child = getattr(policy, "_child_policy", policy)
+    routed_to = dc or getattr(child, "local_dc", None)
+    fields = {
+        "store": url.redacted(),
+        "protocol_version": cluster.protocol_version,
+        "nodes": len(hosts),
+        "datacenters": datacenters,
+        "requests_to_dc": routed_to,
+        "dc_source": "configured" if dc else "contact points",
+    }
+    if dc is None and len(datacenters) > 1:
+        log.warning("cassandra connected: several datacenters and no ?dc= in the store URL", **fields)
+    else:
+        log.info("cassandra connected", **fields)
 
 
 def _tls_refused(exc: BaseException) -> bool:

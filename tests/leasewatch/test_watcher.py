@@ -437,3 +437,61 @@ def test_pages_list_every_lock_once_in_order_and_search_by_prefix(store: CellSto
             w.page(limit=0)
         for lock in held:
             lock.release()
+
+
+def test_grants_and_waits_are_observed_but_an_inherited_holder_is_no_grant(
+    store: CellStore, clock: FakeMonotonic
+) -> None:
+    """leasewatch.observed through the watcher: a holder found by the first scan was granted
+    before this watcher looked (no grant); a later acquisition in a watched shard is one grant
+    with a wait; a queued waiter counts towards the longest wait until it is granted."""
+    with RemoteLocker(store, lease=4.0) as locker:
+        first = locker.get_lock("inherited")
+        w = watcher(store, clock)
+        w.scan()
+        assert w.observed.grants_seen == 0 and w.observed.held_for("inherited", first.owner) is not None
+        first.release()
+        again = locker.get_lock("inherited")  # the same shard, now watched: a grant
+        granted, done = threading.Event(), threading.Event()
+
+        def wait_then_hold() -> None:
+            with locker.get_lock("inherited", timeout=10):
+                granted.set()
+                done.wait(10)
+
+        waiter = threading.Thread(target=wait_then_hold)
+        waiter.start()
+        wait_until(lambda: len(store.read_row(Table.QUEUE, "inherited")) == 2, "the waiter's queue cell")
+        clock.now += 1.0
+        w.scan()
+        assert w.observed.grants_seen == 1
+        assert [g.owner for g in w.observed.recent_grants("inherited")] == [again.owner]
+        assert w.observed.longest_wait().lock_id == "inherited"
+        again.release()
+        assert granted.wait(10)
+        clock.now += 1.0
+        w.scan()
+        done.set()
+        waiter.join(10)
+        assert w.observed.grants_seen == 2 and w.observed.longest_wait().seconds == 0.0
+
+
+def test_a_page_says_how_overdue_each_lock_is_in_its_own_lease_lengths(store: CellStore, clock: FakeMonotonic) -> None:
+    """The page's "most overdue" column: unchanged-for / lease of its most overdue lease. Holder
+    records written directly (nobody renews them), so only the injected clock moves."""
+    from lockclient.lease import FENCE_COLUMN, HolderRecord
+
+    leases = {"short": 4.0, "long": 40.0}
+    for lock_id, lease in leases.items():
+        store.put_cells(Table.INDEX, index_shard(lock_id), {lock_id: ""}, timestamp=1)
+        record = HolderRecord(f"owner-{lock_id}", 1, lease, make_ticket(1, f"owner-{lock_id}"), 1).encode()
+        cells = {HOLDER_COLUMN: record, FENCE_COLUMN: f"1|owner-{lock_id}"}
+        assert store.compare_and_set(lock_id, {HOLDER_COLUMN: None, FENCE_COLUMN: None}, cells).applied
+    w = watcher(store, clock, grace=100.0)  # nothing is revoked while the clock moves
+    before = {line.lock_id: line.most_overdue for line in w.page()[0]}
+    assert before == {"long": None, "short": None}, "not observed yet: unknown, not zero"
+    w.scan()
+    clock.now += 6.0
+    lines = {line.lock_id: line for line in w.page()[0]}
+    assert lines["short"].most_overdue == pytest.approx(1.5) and lines["long"].most_overdue == pytest.approx(0.15)
+    assert lines["short"].oldest_lease_age == pytest.approx(6.0)

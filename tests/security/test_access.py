@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -77,7 +78,7 @@ def test_the_read_token_guards_lock_listings_but_not_health_or_waits(processes: 
     with open_store(sqlite_url) as store, RemoteLocker(store, lease=30) as locker:
         lock = locker.get_lock("customer:4711")
         with httpx.Client(base_url=lw.url, timeout=5) as http:
-            for path in ("/locks", "/locks/customer%3A4711", "/revocations"):
+            for path in ("/locks", "/locks/customer%3A4711", "/revocations", "/observed", "/time", "/trends"):
                 refused = http.get(path)
                 assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", path
                 assert "customer" not in refused.text and lock.owner not in refused.text
@@ -100,6 +101,32 @@ def test_timesvc_status_needs_the_read_token_when_set(processes: Fleet, sqlite_u
         assert http.get("/status").status_code == 401
         assert http.get("/status", headers={"Authorization": f"Bearer {READ}"}).status_code == 200
         assert http.get("/now").status_code == 200  # global time itself is not secret
+
+
+def test_leasewatch_sends_its_timesvc_token_to_timesvc_status(processes: Fleet, sqlite_url: str) -> None:
+    """The page's time panel reads timesvc /status server-side: with TIMESVC_READ_TOKEN set there,
+    LEASEWATCH_TIMESVC_TOKEN must carry it; without it the panel says so. Neither token is shown."""
+    replica = processes.timesvc(sqlite_url, name="guarded-ts", env={"TIMESVC_READ_TOKEN": READ})
+    replica.wait_ready()
+    urls = {"LEASEWATCH_TIMESVC_URLS": replica.url, "LEASEWATCH_TREND_INTERVAL": "0.5"}
+    without = processes.leasewatch(sqlite_url, name="lw-no-ts-token", env=urls)
+    with_token = processes.leasewatch(sqlite_url, name="lw-ts-token", env={**urls, "LEASEWATCH_TIMESVC_TOKEN": READ})
+
+    def polled(lw_url: str) -> dict[str, object]:
+        deadline = time.monotonic() + 20
+        while True:
+            answer = httpx.get(f"{lw_url}/time", timeout=5).json()["replicas"][0]
+            if answer["polled_at"] is not None:
+                return answer  # type: ignore[no-any-return]
+            assert time.monotonic() < deadline, "never polled"
+            time.sleep(0.1)
+
+    refused = polled(without.url)
+    assert refused["reachable"] is False and refused["error"] == "answered 401: a valid bearer token is required"
+    accepted = polled(with_token.url)
+    assert accepted["reachable"] is True and accepted["replica"] == "guarded-ts"
+    for lw in (without, with_token):
+        assert READ not in httpx.get(f"{lw.url}/time", timeout=5).text and READ not in lw.log_tail(400)
 
 
 LOOK_ALIKES = {
