@@ -717,7 +717,7 @@ class Leasewatch:
             assert self.partitions is not None
             status = await asyncio.to_thread(self.partitions.refresh)
         except ChronolockError as exc:
-            self.partition_error = str(exc)
+            self.partition_error = public_error(exc)  # shown by /status: what failed, not where
             log.warning("partition_refresh_failed", error=str(exc))
             self.observed.store_error("partitions", type(exc).__name__, public_error(exc))
             return None

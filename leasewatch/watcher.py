@@ -380,7 +380,9 @@ class Watcher:
                 try:
                     self._judge(lock_id, locks[lock_id], reads, at, now, report, stale)
                 except StoreError as exc:
-                    report.errors.append(f"{lock_id}: {exc}")
+                    # Reported by /status, which needs no token: what failed, not where, and no
+                    # lock id (a business identifier); the log has both.
+                    report.errors.append(f"scan: {public_error(exc)}")
                     log.warning("scan_lock_failed", lock_id=lock_id, error=str(exc))
                     self.observed.store_error("scan", type(exc).__name__, public_error(exc), lock_id)
             self._revoke_stale(stale, reads, report)
@@ -637,7 +639,7 @@ class Watcher:
                 report.revoked += self._revoke_waiters(waiters)
         except StoreError as exc:
             # Nothing is lost: the leases are read again (and found stale again) next time.
-            report.errors.append(f"revocations: {exc}")
+            report.errors.append(f"revocations: {public_error(exc)}")
             log.warning("revocations_failed", error=str(exc))
             self.observed.store_error("revoke", type(exc).__name__, public_error(exc))
 

@@ -41,6 +41,9 @@ def test_error_bodies_and_readyz_name_no_path(processes: Fleet, tmp_path: Path) 
     # leasewatch on a store that cannot even be opened: a file where its directory should be.
     (tmp_path / "not-a-dir").write_text("")
     leasewatch = processes.leasewatch(f"sqlite:///{tmp_path}/not-a-dir/cells.db", name="l")
+    # ...and one whose store opens and then stays locked (its scans and partitions fail).
+    busy_watch = processes.leasewatch(url, name="l2")
+    busy_watch.wait_ready()
     blocker = sqlite3.connect(db, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")  # every write is busy now
     try:
@@ -56,6 +59,9 @@ def test_error_bodies_and_readyz_name_no_path(processes: Fleet, tmp_path: Path) 
                 http.get(f"{leasewatch.url}/readyz"),
                 http.get(f"{leasewatch.url}/locks/some-lock"),
                 http.get(f"{leasewatch.url}/locks"),
+                # /status needs no token: its errors (partitions, the last scan) must be generic too.
+                http.get(f"{leasewatch.url}/status"),
+                http.get(f"{busy_watch.url}/status"),
             ]
         assert bodies[0].status_code == 503 and "store unavailable" in bodies[0].json()["detail"]
         assert bodies[3].status_code == 503 and bodies[4].status_code == 503
