@@ -1,4 +1,4 @@
-"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale] [--quick] [--k K] [--only PEERS] [--max-n N]``.
+"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues] [--quick] [--k K] [--only PEERS] [--max-n N]``.
 
 See bench/README.md.
 """
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale"],
+        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale", "queues"],
         help="which benchmark (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite ~3 minutes)")
@@ -82,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         # `make bench` (all) runs the short version, up to 10,000 lock ids; `bench scale` the whole.
         short = args.which == "all" or args.quick
         scale.run(quick=short, max_n=args.max_n, only_n=args.only_n)
+    if args.which in ("all", "queues"):
+        from bench import queues
+
+        # `make bench` (all) runs the short version (one round, short windows); `bench queues` the whole.
+        queues.run(quick=args.which == "all" or args.quick)
     print(f"[bench] done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 
