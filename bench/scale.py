@@ -19,8 +19,8 @@ For each point (N, K, lease):
    partition lease + grace + a refresh).
 
 The lease is the default 10 s up to N = 10,000 and 60 s at N = 100,000: 100,000 holders
-renewing every 3.3 s would need ~1.6 cores for the holders alone (0.16 core per 10,000, see
-``bench/results/locks.md``), more than this 2-core machine has beside leasewatch.
+renewing every 3.3 s would need ~1.1 cores for the holders alone (0.11 core per 10,000, the
+N = 10,000 row of ``bench/results/scale.md``), more than this 2-core machine has beside leasewatch.
 
 Every process is started on 127.0.0.1 and stopped by its PID (never by name), also on
 errors. The short version (``make bench``, or ``--quick``) stops at N = 10,000 and writes
