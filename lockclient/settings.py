@@ -219,7 +219,13 @@ class ClientSettings(StoreSettings):
 
 
 SERVICE_SECRET_ENV = frozenset(
-    {"LEASEWATCH_ADMIN_TOKENS", "LEASEWATCH_ADMIN_TOKEN", "LEASEWATCH_READ_TOKEN", "TIMESVC_READ_TOKEN"}
+    {
+        "LEASEWATCH_ADMIN_TOKENS",
+        "LEASEWATCH_ADMIN_TOKEN",
+        "LEASEWATCH_READ_TOKEN",
+        "LEASEWATCH_TIMESVC_TOKEN",
+        "TIMESVC_READ_TOKEN",
+    }
 )
 """Secret variables of timesvc and leasewatch (the library does not import the services; a
 test keeps this equal to their settings classes). ``lockctl run`` removes them from the
