@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import inspect
+import json
 import os
 import random
 import signal
@@ -339,12 +340,35 @@ class Worker:
         # lockctl sends SIGTERM when it loses the lock: record the moment we stop, not when lockctl exits.
         signal.signal(signal.SIGTERM, terminated)
         self.rec.emit("cmd_start", id=op, lock=lock_id, owner=owner, token=token, supervisor=os.getppid())
+        self._witness_death(op, lock_id, owner)
         try:
             self._command_body(op, lock_id, token, owner)
         except Terminated:
             self.rec.emit("cmd_exit", id=op, lock=lock_id, owner=owner, reason="SIGTERM")
             raise SystemExit(128 + signal.SIGTERM) from None
         self.rec.emit("cmd_exit", id=op, lock=lock_id, owner=owner, reason="done")
+
+    def _witness_death(self, op: str, lock_id: str, owner: str) -> None:
+        """lockctl SIGKILLs the command when its lease is about to run out unrenewed; the command
+        cannot record that, and lockctl itself may exit much later, so the checker would believe
+        the command ran on until then. A witness outside the command's process group (its own
+        session) records the moment the command is gone, on the same monotonic clock: it waits
+        on a pidfd of the command, so it ends as soon as the command does."""
+        event = {"id": op, "lock": lock_id, "owner": owner, "reason": "died"}
+        code = (
+            "import json, os, select, sys, time\n"
+            "path, proc, pid, fields = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])\n"
+            "fd = os.pidfd_open(pid)\n"
+            "select.select([fd], [], [])\n"
+            "line = {'t': time.monotonic_ns(), 'type': 'cmd_exit', 'proc': proc, 'pid': os.getpid(), **fields}\n"
+            "with open(path, 'a', encoding='utf-8') as f:\n"
+            "    f.write(json.dumps(line, separators=(',', ':')) + '\\n')\n"
+        )
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(self.rec.path), f"{self.rec.proc}.witness", str(os.getpid()),
+             json.dumps(event)],
+            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
 
     def _command_body(self, op: str, lock_id: str, token: int, owner: str) -> None:
         with open_store(os.environ["CHRONOLOCK_STORE_URL"]) as store:
