@@ -151,13 +151,11 @@ class FairQueue:
         except BaseException:
             self._withdraw(store, waiter)
             raise
-        # The enqueue is done only once global time has surely passed our ticket: a contender
-        # that starts after this takes a larger one. Overlapped with the write above, this
-        # rarely waits (at most the round trip of the best recent /now answer).
-        settle_ticket_time(self.s.clock, now)
         waiter.enqueued_at = self.s.monotonic()
         self.s.keeper.add_waiter(waiter)
-        return waiter, _Look(mine_and_before, row, looked_at, overlapped=True)
+        # The ticket is settled (global time surely past it) later, before we wait or return
+        # granted: see _look_and_wait.
+        return waiter, _Look(mine_and_before, row, looked_at, overlapped=True, unsettled=now)
 
     def _wait_turn(self, attempt: Acquisition, waiter: WaiterLease, first_look: _Look) -> HeldLease | _Turn:
         """Listing 6 (blocking) / 7 (not): look, take when first and free, else wait."""
@@ -176,6 +174,19 @@ class FairQueue:
         delay = self.s.poll_min
         last: tuple[Watch, str | None] | None = None
         look: _Look | None = first_look
+        unsettled = first_look.unsettled
+
+        def settle() -> None:
+            # The enqueue is done only once global time has surely passed our ticket: a
+            # contender that starts after this takes a larger one (Spanner's commit wait). Done
+            # before we wait, or after the grant's compare-and-set when we are granted at once,
+            # so the wait (at most the round trip of the best recent /now answer) overlaps the
+            # queue write and the grant instead of adding to them.
+            nonlocal unsettled
+            if unsettled is not None:
+                settle_ticket_time(self.s.clock, unsettled)
+                unsettled = None
+
         while True:
             seen = self.s.signals.generation(lock_id)
             if look is None:
@@ -207,6 +218,7 @@ class FairQueue:
                     self.s, attempt, waiter.owner, ticket, row.get(FENCE_COLUMN), also_expect=fenced_by_watermark
                 )
                 if isinstance(taken, HeldLease):
+                    settle()
                     taken.enqueued_at, taken.looked_at = waiter.enqueued_at, looked_at
                     taken.contended = contended
                     return taken
@@ -232,6 +244,7 @@ class FairQueue:
             delay = min(delay * 2, self.s.poll_max) if progress == last else self.s.poll_min
             last = progress
             attempt.check()
+            settle()
             waiting.wait(watch, delay * random.uniform(0.5, 1.0), seen, local=owner_host(ahead) == this_host())
 
     @staticmethod
@@ -299,6 +312,8 @@ class _Look:
     overlapped: bool
     """Sent together with our enqueue: our own cell may be missing, and the watermark
     handshake is not done by it."""
+    unsettled: int | None = None
+    """Our ticket's time, not yet settled (the first look only)."""
 
 
 class _Waiting:
