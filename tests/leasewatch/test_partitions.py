@@ -5,37 +5,15 @@ with real leasewatch processes is in test_partition_failover.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from leasewatch.partitions import MEMBERS_ROW, OWNER_COLUMN, PartitionLeases, assign
 from leasewatch.watcher import Watcher
-from lockclient import CellStore, RemoteLocker, open_store
+from lockclient import CellStore, RemoteLocker
 from lockclient.lockid import INDEX_SHARDS, index_shard
 from lockclient.store import VersionedTable
+from tests.leasewatch.conftest import FakeMonotonic
 
 LEASE = 3.0
 GRACE = 0.5
-
-
-class FakeMonotonic:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def store(sqlite_url: str) -> Iterator[CellStore]:
-    with open_store(sqlite_url) as s:
-        yield s
-
-
-@pytest.fixture
-def clock() -> FakeMonotonic:
-    return FakeMonotonic()
 
 
 def replica(store: CellStore, clock: FakeMonotonic, name: str) -> PartitionLeases:

@@ -3,36 +3,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from leasewatch.watcher import Watcher
-from lockclient import CellStore, LockTimeout, RemoteLock, RemoteLocker, open_store
+from lockclient import CellStore, LockTimeout, RemoteLock, RemoteLocker
 from lockclient.backoff import BACKOFF_INDEX_MARK
 from lockclient.lease import HOLDER_COLUMN, WaiterRecord
 from lockclient.lockid import index_shard, make_ticket
 from lockclient.store import Table
+from tests.leasewatch.conftest import FakeMonotonic
 from tests.support.faulty import FaultyStore
-
-
-class FakeMonotonic:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def store(sqlite_url: str) -> Iterator[CellStore]:
-    with open_store(sqlite_url) as s:
-        yield s
-
-
-@pytest.fixture
-def clock() -> FakeMonotonic:
-    return FakeMonotonic()
 
 
 def watcher(store: CellStore, clock: FakeMonotonic, name: str = "w", grace: float = 1.0) -> Watcher:
