@@ -18,12 +18,14 @@ round trip of the fastest recent answer — like NTP's minimum-delay filter.
 
 **Tickets are linearizable** (:meth:`ticket_us` and :meth:`settle`). A ticket is the
 *upper* end of the interval, so it is at least every global time any client saw before
-the ticket was taken; and the queue does not count the enqueue as done until the lower
-end has passed the ticket (:meth:`settle`, overlapped with the queue write, so it rarely
-waits at all: the round trip of one ``/now`` answer against one store write). Hence a
-contender whose enqueue completed before another one *started* has the smaller ticket,
-however close together they are — the same promise as asking timesvc for every ticket
-(Spanner's commit wait, with timesvc's answers as the interval). Only a jump of global
+the ticket was taken; and a contender does not start waiting until the lower end has
+passed its ticket (:meth:`settle`, after the queue write and the first look: at most the
+round trip of one ``/now`` answer, less what the store took). Hence a waiter whose
+enqueue completed before another contender *started* has the smaller ticket, however
+close together they are — the same promise as asking timesvc for every ticket (Spanner's
+commit wait, with timesvc's answers as the interval). A contender granted on its first
+look skips the wait: nobody can overtake a holder, so a later ticket sorting below its own
+only queues that contender for its release like any other (``lockclient.fairqueue``). Only a jump of global
 time itself (a majority of timesvc replicas adopting clocks ahead of it) breaks the
 interval for the samples taken before the jump; they expire after ``max_age``.
 ``max_age=0`` turns extrapolation off (every value from the source, nothing to wait for).

@@ -121,6 +121,9 @@ class RemoteLock:
         """``time.monotonic()`` when the queue read that preceded the grant started (fair queue):
         every queue cell written before it was visible to that read — FIFO is promised
         among those (a cell still being written may lose its turn to a later ticket)."""
+        self.waited = lease.contended
+        """Whether the acquisition had to wait for another contender (False: granted on its first
+        look, so its ticket skipped the commit wait — README, "Order (FIFO)")."""
         self.store_ops = counts.total
         """Store operations the acquisition needed."""
         self.store_op_counts = dict(counts.ops)

@@ -54,6 +54,7 @@ class B:
         outcome: str = "ok",
         error: str = "",
         lock: str = LOCK,
+        waited: bool = True,
     ) -> str:
         self._n += 1
         op = f"{proc}:{self._n}"
@@ -64,6 +65,7 @@ class B:
             self.ev(
                 grant, "ok", proc, pid, op="acquire", id=op, lock=lock, mode=mode, owner=owner, token=token,
                 ticket=ticket or f"{int(invoke * 1e6):020d}{owner}", until=int((until or grant + 2) * S),
+                waited=waited,
             )  # fmt: skip
         else:
             self.ev(grant, outcome, proc, pid, op="acquire", id=op, lock=lock, mode=mode, error=error)
@@ -357,6 +359,25 @@ def test_now_judges_tickets_as_reads_taken_inside_their_acquisition() -> None:
     kinds = sorted(v.checker for v in violations)
     assert kinds == ["now-monotonic", "now-offset"], violations  # 6 s stale, and below a's earlier ticket
     assert stats.max_outside_s > 5.9
+
+
+def test_a_ticket_granted_on_the_first_look_may_be_ahead_of_later_reads() -> None:
+    """README "Order": a contender granted at once skips the commit wait, so a /now read that starts
+    after its grant may be below its ticket; it must still be at least every read before it began."""
+    wall = 1000.0
+    for waited in (False, True):
+        b = B()
+        now(b, 0.9, 0.9001, 0.90005)
+        b.acquire(1.0, 1.001, token=1, owner="a", ticket=f"{int((wall + 1.003) * 1e6):020d}a", waited=waited)
+        now(b, 1.0015, 1.0016, 1.0015, proc="w2")  # 1.5 ms below the ticket, round trips of 0.1 ms
+        violations, _ = check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)
+        assert [v.checker for v in violations] == ([] if not waited else ["now-monotonic"]), violations
+    b = B()
+    now(b, 0.9, 0.91, 1.5)  # a read before the acquisition, ahead of its ticket: never excused
+    b.acquire(1.0, 1.001, token=1, owner="a", ticket=f"{int((wall + 1.0) * 1e6):020d}a", waited=False)
+    assert [v.checker for v in check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)[0]] == [
+        "now-monotonic"
+    ]
 
 
 def test_liveness_counts_an_observed_stall_from_when_it_began() -> None:

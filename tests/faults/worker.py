@@ -170,7 +170,7 @@ class Worker:
     def on_grant(self, op: str, mode: str, lock: RemoteLock, sampler: Sampler) -> None:
         self.rec.emit(
             "ok", op="acquire", id=op, lock=lock.lock_id, mode=mode, owner=lock.owner, token=lock.fencing_token,
-            ticket=getattr(lock, "ticket", None), until=int(lock.valid_until * NS),
+            ticket=getattr(lock, "ticket", None), waited=lock.waited, until=int(lock.valid_until * NS),
         )  # fmt: skip
         sampler.add(lock)
         owner, lock_id, rec = lock.owner, lock.lock_id, self.rec

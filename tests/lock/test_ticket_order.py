@@ -10,10 +10,17 @@ ticket. The same with the old rule (the lower end, no settle) fails — the test
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lockclient import RemoteLock, RemoteLocker, open_store
 from lockclient.clock import Extrapolator
+from lockclient.lockid import ticket_time
+from lockclient.store import Table
 
 
 class World:
@@ -140,3 +147,83 @@ def test_without_extrapolation_every_ticket_is_a_fresh_answer() -> None:
     invoked = world.g()
     ticket = clock.ticket_us()
     assert invoked <= ticket <= world.g() and clock.settle(ticket) == 0.0 and clock.fetches == 1
+
+
+# -- the commit wait in the fair queue ---------------------------------------------------------------
+
+
+class IntervalClock:
+    """A ticket clock over a shared, hand-moved global time: its tickets are ``width`` µs ahead of
+    it (the upper end of an interval that wide), and settling a ticket lets global time reach it."""
+
+    def __init__(self, world: dict[str, int], width_us: int) -> None:
+        self.world = world
+        self.width_us = width_us
+        self.settled: list[int] = []
+
+    def now_us(self) -> int:
+        return self.world["g"]
+
+    def ticket_us(self) -> int:
+        return self.world["g"] + self.width_us
+
+    def settle(self, value_us: int) -> float:
+        self.settled.append(value_us)
+        self.world["g"] = max(self.world["g"], value_us)
+        return 0.0
+
+    def close(self) -> None:
+        pass
+
+
+def _wait_for(predicate: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def test_a_ticket_below_an_uncontended_holders_only_waits_for_its_release(sqlite_url: str) -> None:
+    """A is granted on its first look and skips the commit wait, so B, starting right after, takes
+    a ticket *below* A's (A's interval was 5 ms wide, B's is exact). That decides nothing: B waits
+    for A's release; C, which starts after B settled, comes after B; the grants go A, B, C."""
+    world = {"g": 1_800_000_000_000_000}
+    with open_store(sqlite_url) as store:
+        clocks = {name: IntervalClock(world, width) for name, width in (("a", 5_000), ("b", 0), ("c", 0))}
+        lockers = {name: RemoteLocker(store, clock=clock, lease=30) for name, clock in clocks.items()}
+        try:
+            a = lockers["a"].get_lock("L")
+            assert not a.waited and clocks["a"].settled == [], "an uncontended grant waited for its ticket"
+            granted: dict[str, RemoteLock] = {}
+            errors: list[BaseException] = []
+
+            def contend(name: str) -> None:
+                try:
+                    granted[name] = lockers[name].get_lock("L", timeout=60)
+                except BaseException as exc:  # pragma: no cover - reported below
+                    errors.append(exc)
+
+            threads = {}
+            for name in ("b", "c"):
+                threads[name] = threading.Thread(target=contend, args=(name,))
+                threads[name].start()
+                _wait_for(lambda name=name: clocks[name].settled, f"{name} to settle its ticket before waiting")
+                world["g"] += 1_000
+            queue = [cell.column for cell in store.read_row(Table.QUEUE, "L")]
+            # In the store's order: b and c (below the holder's ticket), then the holder's own cell.
+            assert [ticket_time(t) for t in queue] == [*(clocks[n].settled[0] for n in "bc"), ticket_time(a.ticket)]
+            assert ticket_time(queue[0]) < ticket_time(a.ticket), "b's ticket should sort below the holder's"
+            assert not granted and not errors
+            a.release()
+            _wait_for(lambda: "b" in granted or errors, "b's grant")
+            assert not errors and "c" not in granted, "c was granted before b released"
+            granted["b"].release()
+            threads["c"].join(60)
+            assert not errors and "c" in granted
+            assert a.fencing_token < granted["b"].fencing_token < granted["c"].fencing_token
+            assert granted["b"].waited and granted["c"].waited
+            granted["c"].release()
+            threads["b"].join(60)
+        finally:
+            for locker in lockers.values():
+                locker.close()
