@@ -63,7 +63,7 @@ from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, 
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
 from lockclient.store.base import Delete, Op, Put, ReadRow, ReadVersioned
-from lockclient.wake import LocalListener, LocalWakeups, Watch
+from lockclient.wake import TAKEN, LocalListener, LocalWakeups, Watch
 from lockclient.watermark import PROPOSED
 
 __all__ = ["FairQueue"]
@@ -328,6 +328,10 @@ class _Waiting:
         self.s = services
         self.attempt = attempt
         self.listener: LocalListener | None = None
+        self.taken = False
+        """Another waiter on this machine watches what we watch: our look missed a queue cell
+        between us and it (written while we looked), so we look again after our back-off
+        instead of long-polling leasewatch for a change that is not ours to wait for."""
         self.watching_since = 0.0
 
     def wait(self, watch: Watch, backoff: float, seen: int, *, local: bool) -> None:
@@ -339,7 +343,9 @@ class _Waiting:
         if fresh:
             if self.listener is not None:
                 self.listener.close()
-            self.listener = LocalWakeups.listen(lock_id, watch)
+            bound = LocalWakeups.listen(lock_id, watch)
+            self.taken = bound is TAKEN
+            self.listener = bound if isinstance(bound, LocalListener) else None
             self.watching_since = self.s.monotonic()
         elif local and self.listener is not None:
             # Bound since our last look, and what we watch wakes us when it goes: polling is only
@@ -349,7 +355,7 @@ class _Waiting:
         remaining = attempt.remaining()
         waker = self.s.waker
         patient = self.s.monotonic() - self.watching_since > LOCAL_PATIENCE_S
-        if waker is not None and (self.listener is None or not local or patient):
+        if waker is not None and not self.taken and (self.listener is None or not local or patient):
             # leasewatch answers when the watched cell or holder changes (a release tells it
             # at once); with it, store polling only bounds what a lost wake-up can cost. Not
             # asked while a process on this machine is what we watch: its release reaches our

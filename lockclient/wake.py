@@ -29,6 +29,7 @@ lost, late, duplicated or forged datagram costs at most a read or a poll interva
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import itertools
 import socket
@@ -45,7 +46,7 @@ import httpx
 
 from lockclient.logs import get_logger
 
-__all__ = ["QUIET_HOLD_S", "InProcessSignals", "LeasewatchWaker", "LocalWakeups", "Waker", "Watch"]
+__all__ = ["QUIET_HOLD_S", "TAKEN", "InProcessSignals", "LeasewatchWaker", "LocalWakeups", "Taken", "Waker", "Watch"]
 
 log = get_logger("lockclient.wake")
 
@@ -183,15 +184,27 @@ class LocalListener:
         self._sock.close()
 
 
+class Taken:
+    """What :meth:`LocalWakeups.listen` answers when another waiter already watches that name."""
+
+    def __repr__(self) -> str:
+        return "TAKEN"
+
+
+TAKEN = Taken()
+
+
 class LocalWakeups:
     """Wake-ups between processes on one machine: abstract Unix datagram sockets (Linux)."""
 
     available = sys.platform.startswith("linux")
 
     @staticmethod
-    def listen(lock_id: str, watch: Watch) -> LocalListener | None:
-        """Bind the wake-up name of ``watch``; None if unavailable or already taken (then the
-        caller polls: two waiters never legitimately watch the same thing for long)."""
+    def listen(lock_id: str, watch: Watch) -> LocalListener | Taken | None:
+        """Bind the wake-up name of ``watch``; None if unavailable (then the caller polls);
+        :data:`TAKEN` if another waiter on this machine already watches it — two waiters never
+        legitimately watch the same thing for long: one of them looked before the other's queue
+        cell was visible, and should look again rather than wait."""
         if not LocalWakeups.available:
             return None
         name = _wake_name(lock_id, watch.kind, watch.value)
@@ -201,9 +214,9 @@ class LocalWakeups:
             return None  # out of descriptors, or no AF_UNIX: poll instead
         try:
             sock.bind(name)
-        except OSError:
+        except OSError as exc:
             sock.close()
-            return None
+            return TAKEN if exc.errno == errno.EADDRINUSE else None
         return LocalListener(sock, name, watch)
 
     @staticmethod
