@@ -158,6 +158,7 @@ def take(
     fence: str | None,
     *,
     also_expect: Mapping[str, str | None] | None = None,
+    tries: int = 3,
 ) -> HeldLease | str | None:
     """The compare-and-set that grants the lock and issues its fencing token, in one round:
     ``~holder`` absent and ``~fence`` = n  →  ``~holder`` = me (v1, token n+1), ``~fence`` = n+1.
@@ -168,9 +169,10 @@ def take(
     counter as the caller last read it — a hint: when it is stale, the compare-and-set says
     so and returns the current value. ``also_expect``: more cells of the lock's row the grant
     is conditional on (the fair queue's watermark proposal, after an overlapped look).
+    ``tries``: compare-and-sets at most (a stale ``fence`` is retried with the current one).
     """
     store = attempt.store
-    for _ in range(3):
+    for _ in range(tries):
         token = parse_fence(fence)[0] + 1
         record = HolderRecord(owner, 1, services.lease, ticket, token)
         value = record.encode()

@@ -24,6 +24,18 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
 So an uncontended acquisition costs one plain round trip and one Paxos round; a
 release costs one round trip (the holder record and the queue cell, together).
 
+**Re-taking a quiet lock: one round trip.** A process that took a lock without waiting and
+released it cleanly remembers the fencing counter it left and the watermark proposal it
+saw. Its next acquisition of that lock sends the grant's compare-and-set — conditional on
+both being unchanged, i.e. on nobody having taken the lock since — *together with* the
+enqueue and the first look. If the look finds nobody ahead, the grant stands: one round
+trip, one Paxos round, like the naive LWT lock. If it finds a cell ahead (a contender that
+enqueued meanwhile), the grant is given back before anybody was told of it — its fencing
+token is skipped, never used — and the acquisition queues like any other: FIFO is judged
+by the same look, and only mutual exclusion rests on the compare-and-set, as always. The
+guess costs a refused compare-and-set when someone else took the lock since; a refusal or
+any wait forgets the lock, so a contended lock is never guessed at twice in a row.
+
 **Why the first look may overlap the enqueue** (issue 14: on a 3-node ring the sequential
 look made an uncontended acquire 2.7× the naive LWT lock's). What the look decides needs
 no order against our own write: FIFO is judged among the cells whose writes completed
@@ -51,14 +63,24 @@ from __future__ import annotations
 
 import enum
 import random
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
 
 from lockclient.algorithm import Acquisition, Services, take
 from lockclient.clock import settle_ticket_time, take_ticket_time
-from lockclient.errors import StoreError
-from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, WaiterLease, WaiterRecord
+from lockclient.errors import StoreError, StoreUnavailable
+from lockclient.lease import (
+    FENCE_COLUMN,
+    HOLDER_COLUMN,
+    HeldLease,
+    HolderRecord,
+    WaiterLease,
+    WaiterRecord,
+    format_fence,
+)
 from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, this_host, ticket_time
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
@@ -91,6 +113,7 @@ class FairQueue:
 
     def __init__(self, services: Services) -> None:
         self.s = services
+        self._quiet = _QuietLocks()
 
     # -- acquire --------------------------------------------------------------------------
 
@@ -99,7 +122,7 @@ class FairQueue:
         if not attempt.blocking and self._busy(attempt):
             return None  # listing 7, line 1: held or awaited; do not even enqueue
         while True:
-            waiter, first_look = self._enqueue(attempt)
+            waiter, first_look = self._enqueue(attempt, self._quiet.pop(attempt.lock_id))
             try:
                 turn = self._wait_turn(attempt, waiter, first_look)
             except BaseException:
@@ -123,9 +146,10 @@ class FairQueue:
         head, row = store.execute_all([ReadRow(Table.QUEUE, lock_id, start, 1), ReadVersioned(lock_id, serial=False)])
         return bool(head) or HOLDER_COLUMN in row
 
-    def _enqueue(self, attempt: Acquisition) -> tuple[WaiterLease, _Look]:
+    def _enqueue(self, attempt: Acquisition, quiet: _Quiet | None) -> tuple[WaiterLease, _Look]:
         """Listing 5: a ticket from global time; the queue cell (our lease) and the index entry
-        — and, overlapping them, the first look (see the module's docstring)."""
+        — and, overlapping them, the first look (see the module's docstring). ``quiet``: this
+        process took and released the lock last, uncontended — the grant is sent too."""
         store, lock_id = attempt.store, attempt.lock_id
         owner = make_owner()
         # The upper end of global time's interval: no smaller than any time another contender
@@ -135,27 +159,59 @@ class FairQueue:
         stamp = self.s.timestamps.next(now)
         start = self.s.watermarks.start(lock_id, waiter.ticket)
         looked_at = self.s.monotonic()
+        ops: list[Op] = [
+            Put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, stamp),
+            # Every time, not only the first: leasewatch drops idle ids from the index,
+            # and a re-listing must never depend on this process remembering it.
+            Put(Table.INDEX, index_shard(lock_id), lock_id, "", stamp),
+            *self._look_ops(lock_id, start, waiter.ticket),
+        ]
+        speculative: HeldLease | None = None
         try:
-            _, _, mine_and_before, row = attempt.retrying(
-                partial(
-                    store.execute_all,
-                    [
-                        Put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, stamp),
-                        # Every time, not only the first: leasewatch drops idle ids from the index,
-                        # and a re-listing must never depend on this process remembering it.
-                        Put(Table.INDEX, index_shard(lock_id), lock_id, "", stamp),
-                        *self._look_ops(lock_id, start, waiter.ticket),
-                    ],
-                )
-            )
+            if quiet is None:
+                _, _, mine_and_before, row = attempt.retrying(partial(store.execute_all, ops))
+            else:
+                pending = store.begin(ops)
+                speculative = self._speculate(attempt, waiter, quiet)
+                try:
+                    _, _, mine_and_before, row = pending.wait()
+                except StoreUnavailable:
+                    _, _, mine_and_before, row = attempt.retrying(partial(store.execute_all, ops))
         except BaseException:
+            if speculative is not None:
+                self._give_back(store, speculative)
             self._withdraw(store, waiter)
             raise
         waiter.enqueued_at = self.s.monotonic()
         self.s.keeper.add_waiter(waiter)
         # The ticket is settled (global time surely past it) later, before we wait or return
         # granted: see _look_and_wait.
-        return waiter, _Look(mine_and_before, row, looked_at, overlapped=True, unsettled=now)
+        return waiter, _Look(mine_and_before, row, looked_at, overlapped=True, unsettled=now, speculative=speculative)
+
+    def _speculate(self, attempt: Acquisition, waiter: WaiterLease, quiet: _Quiet) -> HeldLease | None:
+        """The grant, sent with the enqueue on the guess that the lock is as quiet as we left it
+        (see the module's docstring): one compare-and-set, conditional on the fencing counter we
+        left and the watermark proposal we saw. Not applied: somebody used the lock since."""
+        taken = take(
+            self.s, attempt, waiter.owner, waiter.ticket, quiet.fence, also_expect={PROPOSED: quiet.proposal}, tries=1
+        )
+        return taken if isinstance(taken, HeldLease) else None
+
+    def _give_back(self, store: CellStore, held: HeldLease) -> None:
+        """Undo a speculative grant nobody was told about: delete the holder record (keeping the
+        counter it advanced; a fencing token is only ever used once) and wake whoever watches it."""
+        try:
+            held.release(store)
+        except StoreError as exc:
+            log.warning("give_back_deferred", lock_id=held.lock_id, owner=held.owner, error=str(exc))
+
+            def run() -> None:
+                held.release(self.s.store)
+
+            self.s.keeper.defer(
+                run, what="give back a speculative grant", lock_id=held.lock_id, give_up_after=3 * held.lease
+            )
+        self.s.announce(held.lock_id, released=held.owner)
 
     def _wait_turn(self, attempt: Acquisition, waiter: WaiterLease, first_look: _Look) -> HeldLease | _Turn:
         """Listing 6 (blocking) / 7 (not): look, take when first and free, else wait."""
@@ -175,6 +231,7 @@ class FairQueue:
         last: tuple[Watch, str | None] | None = None
         look: _Look | None = first_look
         unsettled = first_look.unsettled
+        speculative = first_look.speculative
 
         def settle() -> None:
             # Before we wait, the enqueue must be done: global time surely past our ticket, so a
@@ -199,6 +256,19 @@ class FairQueue:
             mine_and_before, row, looked_at = look.cells, look.row, look.looked_at
             overlapped, look = look.overlapped, None
             _, proposed = self.s.watermarks.observe(lock_id, row)
+            if speculative is not None:
+                # Granted with the enqueue: ours to keep only if the look that overlapped it found
+                # nobody ahead (a cell written before that look began keeps its turn) and no
+                # watermark proposal above our ticket; otherwise give it back before anyone saw it
+                # and carry on as a waiter, from a look that starts after our cell is written.
+                held, speculative = speculative, None
+                before_us = [cell for cell in mine_and_before if cell.column != ticket]
+                if not before_us and ticket_time(ticket) >= proposed:
+                    held.enqueued_at, held.looked_at = waiter.enqueued_at, looked_at
+                    held.proposal_seen = row.get(PROPOSED)
+                    return held
+                self._give_back(store, held)
+                continue
             if ticket_time(ticket) < proposed and not handshake_done:
                 return _Turn.REQUEUE  # the watermark handshake: our cell may be invisible
             if overlapped:
@@ -221,6 +291,7 @@ class FairQueue:
                 )
                 if isinstance(taken, HeldLease):
                     taken.enqueued_at, taken.looked_at = waiter.enqueued_at, looked_at
+                    taken.proposal_seen = row.get(PROPOSED)
                     taken.contended = contended
                     return taken
                 holder = taken
@@ -292,6 +363,9 @@ class FairQueue:
         pending = store.begin([Delete(Table.QUEUE, lease.lock_id, lease.ticket, self.s.timestamps.next())])
         clean = lease.release(store)
         pending.wait()
+        if clean and not lease.contended:
+            # Nobody was waiting for it: the next acquisition here sends its grant with the enqueue.
+            self._quiet.put(lease.lock_id, _Quiet(format_fence(lease.token, lease.owner), lease.proposal_seen))
         return clean
 
     # -- the watermark ---------------------------------------------------------------------------
@@ -315,6 +389,40 @@ class _Look:
     handshake is not done by it."""
     unsettled: int | None = None
     """Our ticket's time, not yet settled (the first look only)."""
+    speculative: HeldLease | None = None
+    """The grant sent with the enqueue, if it applied (the first look only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Quiet:
+    """How this process left a lock it took without waiting and released cleanly."""
+
+    fence: str
+    """The fencing counter after our grant (unchanged since, if nobody took the lock)."""
+    proposal: str | None
+    """The watermark proposal our look read."""
+
+
+class _QuietLocks:
+    """The locks this process may take with a speculative grant: a bounded, thread-safe map. An
+    entry is popped by the acquisition that uses it, so only one acquisition here speculates."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, _Quiet] = OrderedDict()
+
+    def put(self, lock_id: str, quiet: _Quiet) -> None:
+        with self._lock:
+            self._entries[lock_id] = quiet
+            self._entries.move_to_end(lock_id)
+            while len(self._entries) > self.LIMIT:
+                self._entries.popitem(last=False)
+
+    def pop(self, lock_id: str) -> _Quiet | None:
+        with self._lock:
+            return self._entries.pop(lock_id, None)
 
 
 class _Waiting:

@@ -229,6 +229,8 @@ class HeldLease:
         """Monotonic start of the queue read after which it was granted (fair queue only)."""
         self.contended = False
         """It had to wait for its turn: others are likely queued behind it when it releases."""
+        self.proposal_seen: str | None = None
+        """Fair queue: the lock's watermark proposal as the look before the grant read it."""
         self._pending: tuple[HolderRecord, str, float] | None = None
         """A renewal whose outcome stayed unknown: (record, value, start); ours if found."""
         self._release_tried = False

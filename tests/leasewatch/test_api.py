@@ -189,7 +189,8 @@ def test_waiters_fall_back_to_polling_when_leasewatch_is_away(sqlite_url: str, m
     for t in threads:
         t.join(timeout=60)
     assert not any(t.is_alive() for t in threads)
-    assert sorted(done) == list(range(1, 25))
+    # 24 grants, each with its own token (a speculative grant given back may skip one).
+    assert len(done) == len(set(done)) == 24
     assert sum(w.fallbacks for w in wakers) > 0 and sum(w.wakeups for w in wakers) == 0
     for lk in lockers:
         lk.close()

@@ -263,3 +263,60 @@ def test_an_uncontended_acquisition_is_one_plain_round_trip_and_one_paxos_round(
         lock = locker.get_lock("short-path")
         assert (lock.round_trips, lock.lwt_rounds) == (2, 1), lock.store_op_counts
         lock.release()
+
+
+def test_retaking_a_quiet_lock_is_one_round_trip(store: CellStore) -> None:
+    """Issue 14: a process that took and released a lock without contention sends the next grant
+    with its enqueue — one round trip, one Paxos round (as the naive LWT lock, with the queue's
+    order kept: see the next test)."""
+    with RemoteLocker(store, lease=5) as locker:
+        first = locker.get_lock("retake")
+        first.release()
+        again = locker.get_lock("retake")
+        assert (again.round_trips, again.lwt_rounds) == (1, 1), again.store_op_counts
+        assert again.fencing_token == first.fencing_token + 1 and not again.waited
+        again.release()
+
+
+def test_a_speculative_grant_that_finds_a_waiter_ahead_is_given_back(store: CellStore) -> None:
+    """The grant sent with the enqueue cannot know the queue: when the look beside it finds a cell
+    ahead (here a contender whose cell was written but who has not looked yet), the grant is given
+    back before anyone saw it — its token is skipped, never used — and the acquisition waits its
+    turn behind that cell."""
+    from lockclient.lease import WaiterRecord
+
+    with RemoteLocker(store, lease=30) as locker:
+        first = locker.get_lock("spec")
+        first.release()
+        slow = make_ticket(ticket_time(first.ticket) + 1, "zz-slow-contender")
+        store.put(Table.QUEUE, "spec", slow, WaiterRecord("zz-slow-contender", 1, 30).encode(), timestamp=1)
+        granted: list[RemoteLock] = []
+        t = threading.Thread(target=lambda: granted.append(locker.get_lock("spec", timeout=30)))
+        t.start()
+        try:
+            wait_until(
+                lambda: (
+                    (s := locker.status("spec")).fencing_token == first.fencing_token + 1
+                    and not s.holders
+                    and len(s.queue) == 2
+                ),
+                "the speculative grant to be given back",
+            )
+            assert not granted, "granted past a queue cell written before it looked"
+        finally:
+            store.delete(Table.QUEUE, "spec", slow, timestamp=2**53)  # the slow contender withdraws
+            t.join(30)
+        assert granted and granted[0].fencing_token == first.fencing_token + 2 and granted[0].waited
+        granted[0].release()
+
+
+def test_a_speculative_grant_after_someone_else_took_the_lock_fails_and_the_normal_path_follows(
+    store: CellStore, sqlite_url: str
+) -> None:
+    with RemoteLocker(store, lease=5) as locker, RemoteLocker(open_store(sqlite_url), lease=5, owns_store=True) as b:
+        locker.get_lock("moved").release()
+        b.get_lock("moved").release()
+        lock = locker.get_lock("moved")
+        assert lock.fencing_token == 3 and not lock.waited
+        assert lock.lwt_rounds == 2, "the guess (fencing counter as we left it) was sent and refused"
+        lock.release()
