@@ -157,7 +157,10 @@ class SQLiteStore(CellStore):
         self._busy_timeout = busy_timeout
         self._gc_grace = gc_grace
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        # Each thread's connection, with the lock it holds while using it: close() takes each
+        # lock before closing, so a connection is never closed under a running statement (another
+        # thread's — a clock refresh, a renewal — which crashed the interpreter in sqlite3).
+        self._connections: list[tuple[sqlite3.Connection, threading.RLock]] = []
         self._connections_lock = threading.Lock()
         self._closed = False
         self._sizes: dict[tuple[str, str], tuple[float, int]] = {}
@@ -218,7 +221,7 @@ class SQLiteStore(CellStore):
 
     # -- connection handling ---------------------------------------------------
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self) -> tuple[sqlite3.Connection, threading.RLock]:
         if self._closed:
             raise StoreError(f"the SQLite store {self._path!r} is closed")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -235,13 +238,21 @@ class SQLiteStore(CellStore):
             # Without a limit the log file keeps the size of its largest burst forever.
             conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
             self._local.conn = conn
+            self._local.in_use = threading.RLock()
             with self._connections_lock:
-                self._connections.append(conn)
-        return conn
+                if self._closed:
+                    conn.close()
+                    raise StoreError(f"the SQLite store {self._path!r} is closed")
+                self._connections.append((conn, self._local.in_use))
+        return conn, self._local.in_use
 
     def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
-            return fn(self._connection())
+            conn, in_use = self._connection()
+            with in_use:
+                if self._closed:
+                    raise StoreError(f"the SQLite store {self._path!r} is closed")
+                return fn(conn)
         except sqlite3.OperationalError as exc:
             message = str(exc).lower()
             if "locked" in message or "busy" in message or "unable to open" in message or "disk i/o" in message:
@@ -559,6 +570,6 @@ class SQLiteStore(CellStore):
         self._closed = True
         with self._connections_lock:
             connections, self._connections = self._connections, []
-        for conn in connections:
-            with contextlib.suppress(sqlite3.Error):  # closing a broken connection
+        for conn, in_use in connections:
+            with in_use, contextlib.suppress(sqlite3.Error):  # closing a broken connection
                 conn.close()

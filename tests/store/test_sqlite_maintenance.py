@@ -4,6 +4,8 @@ write-ahead log, its size reported, and reads that never walk tombstones (issue 
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -147,3 +149,35 @@ def test_wal_is_cut_back_when_it_restarts(db: str) -> None:
     store.put(Table.QUEUE, "after", "c", "v", timestamp=1)  # the log restarts from its beginning...
     assert store.storage_bytes()["wal"] <= JOURNAL_SIZE_LIMIT  # ...and is cut back to the limit
     store.close()
+
+
+def test_closing_the_store_while_other_threads_use_it_never_crashes(tmp_path: Path) -> None:
+    """Found on the ring run of the suite: ``RemoteLocker.close()`` closed the SQLite store while
+    the clock's background refresh was inside a query on its own connection, and the interpreter
+    died in sqlite3 (SIGSEGV). Closing now waits for each connection's statement in flight; the
+    threads then get ``StoreError``. Run in a child process so that a crash is a failed assertion."""
+    script = f"""
+import threading
+from lockclient.errors import StoreError
+from lockclient.store import Table, open_store
+for round_ in range(30):
+    store = open_store("sqlite:///{tmp_path}/crash-" + str(round_) + ".db")
+    store.put(Table.QUEUE, "row", "c", "v", timestamp=1)
+    def hammer():
+        try:
+            while True:
+                store.read_row(Table.QUEUE, "row")
+        except StoreError:
+            pass
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    threading.Event().wait(0.01)
+    store.close()
+    for t in threads:
+        t.join(10)
+        assert not t.is_alive()
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
