@@ -137,7 +137,7 @@ def test_wal_is_cut_back_when_it_restarts(db: str) -> None:
     from lockclient.store.sqlite import JOURNAL_SIZE_LIMIT
 
     store = SQLiteStore(db)
-    conn = store._connection()
+    conn, _ = store._connection()
     conn.execute("BEGIN IMMEDIATE")  # one burst of ~24 MiB
     conn.executemany(
         "INSERT INTO cells VALUES (?, ?, ?, ?, 1, 0, NULL, 0)",
