@@ -249,7 +249,8 @@ def test_killed_holder_is_revoked_and_the_waiter_acquires_within_the_bound(clust
     revocations = cluster.revocations()
     assert [(r["lock_id"], r["owner"], r["holder"]) for r in revocations] == [(lock_id, held["owner"], True)]
     assert revocations[0]["by"] == "leasewatch-a"
-    assert revocations[0]["unchanged_for_s"] > LEASE + GRACE
+    # Revoked once unchanged for more than lease + grace; the report rounds to the millisecond.
+    assert revocations[0]["unchanged_for_s"] >= LEASE + GRACE
     assert cluster.revoked_count("holder") == 1
     assert cluster.revoked_count("waiter") == 0
 

@@ -203,7 +203,7 @@ def test_three_replicas_share_the_work_and_survive_one_sigkill(
         assert latency <= bound
         by = [e for lw in survivors for e in http.get(f"{lw.url}/revocations").json()]
         assert [(e["lock_id"], e["holder"]) for e in by] == [(dead_lock, True)]
-        assert by[0]["unchanged_for_s"] > t.lease + t.grace, "revoked before its new watcher saw a full lease"
+        assert by[0]["unchanged_for_s"] >= t.lease + t.grace, "revoked before its new watcher saw a full lease"
         assert by[0]["by"] in ("lw-a", "lw-b")
 
         # The live holders keep their locks through the take-over and two more leases.

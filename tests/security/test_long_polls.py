@@ -137,10 +137,15 @@ def test_the_lock_client_falls_back_to_polling_when_leasewatch_refuses(processes
                 threading.Event().wait(0.05)
 
     threads = [threading.Thread(target=worker, args=(locker,)) for locker in lockers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=90)
-    assert sorted(done) == list(range(1, 16))
-    for locker in lockers:
-        locker.close()
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=90)
+        # 15 grants, each its own token (a speculative grant given back may skip one).
+        assert len(done) == len(set(done)) == 15
+    finally:
+        for locker in lockers:
+            locker.close()
+        for waker in wakers:
+            waker.close()
