@@ -372,6 +372,11 @@ def test_a_ticket_granted_on_the_first_look_may_be_ahead_of_later_reads() -> Non
         now(b, 1.0015, 1.0016, 1.0015, proc="w2")  # 1.5 ms below the ticket, round trips of 0.1 ms
         violations, _ = check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)
         assert [v.checker for v in violations] == ([] if not waited else ["now-monotonic"]), violations
+    # Offset: global time may run up to max_skew ahead; an unsettled ticket by its interval's width more.
+    for ahead_s, kinds in ((1.015, []), (1.06, ["now-offset"])):
+        b = B()
+        b.acquire(1.0, 1.001, token=1, owner="a", ticket=f"{int((wall + 1.001 + ahead_s) * 1e6):020d}a", waited=False)
+        assert [v.checker for v in check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)[0]] == kinds
     b = B()
     now(b, 0.9, 0.91, 1.5)  # a read before the acquisition, ahead of its ticket: never excused
     b.acquire(1.0, 1.001, token=1, owner="a", ticket=f"{int((wall + 1.0) * 1e6):020d}a", waited=False)
