@@ -716,6 +716,22 @@ def check_now(
                 f"read {required.value} from {required.replica} had completed ({backwards_us / 1e6:.6f}s backwards)",
             )
         )
+    # A client's tickets never decrease (its clock's ticket floor): a ticket may repeat the largest
+    # this client took before — whose own width was judged when it was taken.
+    floor_before: dict[str, int] = {}
+    by_client: dict[int, list[Read]] = defaultdict(list)
+    for r in reads:
+        if r.replica.startswith("ticket of "):
+            by_client[r.client].append(r)
+    for mine in by_client.values():
+        mine.sort(key=lambda r: r.invoked_ns)
+        done = sorted(mine, key=lambda r: r.completed_ns)
+        best, k = 0, 0
+        for r in mine:
+            while k < len(done) and done[k].completed_ns < r.invoked_ns:
+                best = max(best, done[k].value)
+                k += 1
+            floor_before[r.replica] = best
     skew_us = max_skew * 1e6
     ahead = behind = -math.inf
     outside = 0.0
@@ -730,6 +746,8 @@ def check_now(
         # at most the interval's width — TIGHT_US, or the round trip of an answer fetched inside
         # the acquisition (lockclient.clock.Extrapolator.ticket_us).
         slack_us = max(TIGHT_US, (read.completed_ns - read.invoked_ns) / 1000) if read.replica in unsettled else 0
+        if read.replica in unsettled and read.value <= floor_before.get(read.replica, 0):
+            slack_us = math.inf
         if read.value > wall_complete_us + skew_us + slack_us or read.value < wall_invoke_us - skew_us:
             out.append(
                 Violation(

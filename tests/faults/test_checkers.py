@@ -377,6 +377,15 @@ def test_a_ticket_granted_on_the_first_look_may_be_ahead_of_later_reads() -> Non
         b = B()
         b.acquire(1.0, 1.001, token=1, owner="a", ticket=f"{int((wall + 1.001 + ahead_s) * 1e6):020d}a", waited=False)
         assert [v.checker for v in check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)[0]] == kinds
+    # A client's ticket floor: a short acquisition may repeat the client's earlier, wide ticket.
+    wide = f"{int((wall + 3.1) * 1e6):020d}"  # 1.5 s ahead of the first grant: skew + its 0.6 s
+    b = B()
+    b.acquire(1.0, 1.6, token=1, owner="a", ticket=wide + "a", waited=False)  # a 0.6 s fresh answer
+    b.release(1.65, "a")
+    b.acquire(1.7, 1.701, token=2, owner="b", ticket=wide + "b", waited=False)
+    assert check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)[0] == []
+    b.acquire(1.8, 1.801, proc="w2", pid=2, token=3, owner="c", ticket=wide + "c", waited=False)  # not its floor
+    assert [v.checker for v in check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)[0]] == ["now-offset"]
     b = B()
     now(b, 0.9, 0.91, 1.5)  # a read before the acquisition, ahead of its ticket: never excused
     b.acquire(1.0, 1.001, token=1, owner="a", ticket=f"{int((wall + 1.0) * 1e6):020d}a", waited=False)
