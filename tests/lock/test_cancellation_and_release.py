@@ -7,26 +7,20 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from lockclient import CellStore, RemoteLocker, StoreUnavailable, open_store
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
 from tests.support.faulty import FaultyStore
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
 def store(sqlite_url: str) -> Iterator[CellStore]:
     with open_store(sqlite_url) as s:
         yield s
-
-
-def wait_until(predicate: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        threading.Event().wait(0.01)
 
 
 def is_grant(row: str, expected: dict[str, str | None], updates: dict[str, str | None], **kw: object) -> bool:

@@ -11,8 +11,6 @@ ticket. The same with the old rule (the lower end, no settle) fails — the test
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +19,7 @@ from lockclient import RemoteLock, RemoteLocker, open_store
 from lockclient.clock import Extrapolator
 from lockclient.lockid import ticket_time
 from lockclient.store import Table
+from tests.support.waiting import wait_until
 
 
 class World:
@@ -176,13 +175,6 @@ class IntervalClock:
         pass
 
 
-def _wait_for(predicate: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
-
 def test_a_ticket_below_an_uncontended_holders_only_waits_for_its_release(sqlite_url: str) -> None:
     """A is granted on its first look and skips the commit wait, so B, starting right after, takes
     a ticket *below* A's (A's interval was 5 ms wide, B's is exact). That decides nothing: B waits
@@ -207,7 +199,7 @@ def test_a_ticket_below_an_uncontended_holders_only_waits_for_its_release(sqlite
             for name in ("b", "c"):
                 threads[name] = threading.Thread(target=contend, args=(name,))
                 threads[name].start()
-                _wait_for(lambda name=name: clocks[name].settled, f"{name} to settle its ticket before waiting")
+                wait_until(lambda name=name: clocks[name].settled, f"{name} to settle its ticket before waiting", 30)
                 world["g"] += 1_000
             queue = [cell.column for cell in store.read_row(Table.QUEUE, "L")]
             # In the store's order: b and c (below the holder's ticket), then the holder's own cell.
@@ -215,7 +207,7 @@ def test_a_ticket_below_an_uncontended_holders_only_waits_for_its_release(sqlite
             assert ticket_time(queue[0]) < ticket_time(a.ticket), "b's ticket should sort below the holder's"
             assert not granted and not errors
             a.release()
-            _wait_for(lambda: "b" in granted or errors, "b's grant")
+            wait_until(lambda: "b" in granted or errors, "b's grant", 30)
             assert not errors and "c" not in granted, "c was granted before b released"
             granted["b"].release()
             threads["c"].join(60)

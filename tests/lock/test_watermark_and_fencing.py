@@ -6,7 +6,6 @@ shared store is refused unless allowed."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ from lockclient.store import Table
 from lockclient.store.base import Op, Pending, Put
 from lockclient.watermark import HEAD, PROPOSED, WINDOW_US, parse_marks
 from tests.support.faulty import FaultyStore
+from tests.support.waiting import wait_until
 
 S = 1_000_000
 
@@ -51,13 +51,6 @@ class JumpingClock:
 def store(sqlite_url: str) -> Iterator[CellStore]:
     with open_store(sqlite_url) as s:
         yield s
-
-
-def wait_until(predicate: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        threading.Event().wait(0.01)
 
 
 def hot_lock(store: CellStore, lock_id: str) -> None:
