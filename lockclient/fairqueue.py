@@ -24,6 +24,19 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
 So an uncontended acquisition costs one plain round trip and one Paxos round; a
 release costs one round trip (the holder record and the queue cell, together).
 
+**A hand-over skips the look.** The first in line, woken by the release of the holder its
+last look saw (a datagram to the name of what it watches, or leasewatch's answer), sends
+the grant at once — conditional on nobody holding and on the fencing counter that look
+read, i.e. on nobody having been granted since. So a contended hand-over is the release's
+Paxos round, a wake-up and the grant's Paxos round: what the naive LWT lock pays for one
+acquire and release. FIFO is judged by that last look, as always by the look before the
+grant (``looked_at``): a cell with a smaller ticket written after it is one whose enqueue
+had not completed when ours started (a later look would not promise it more). Taken only
+after the watermark handshake, while our own lease is surely unrevoked, and only on a
+notice — a back-off timeout looks first (a refused compare-and-set costs a Paxos round; a
+look, a plain read). Refused (a hint that was not a release, or a contender the look could
+not see took the lock): look again, as before.
+
 **Re-taking a quiet lock: one round trip.** A process that took a lock without waiting and
 released it cleanly remembers the fencing counter it left and the watermark proposal it
 saw. Its next acquisition of that lock sends the grant's compare-and-set — conditional on
@@ -232,6 +245,7 @@ class FairQueue:
         look: _Look | None = first_look
         unsettled = first_look.unsettled
         speculative = first_look.speculative
+        hand_over: _HandOver | None = None
 
         def settle() -> None:
             # Before we wait, the enqueue must be done: global time surely past our ticket, so a
@@ -248,6 +262,12 @@ class FairQueue:
 
         while True:
             seen = self.s.signals.generation(lock_id)
+            if hand_over is not None:
+                # Woken by the release of the holder just ahead of us: grant without looking again.
+                held = self._take_handed_over(attempt, waiter, hand_over)
+                hand_over = None
+                if held is not None:
+                    return held
             if look is None:
                 start = self.s.watermarks.start(lock_id, ticket)
                 looked_at = self.s.monotonic()
@@ -317,7 +337,24 @@ class FairQueue:
             last = progress
             attempt.check()
             settle()
-            waiting.wait(watch, delay * random.uniform(0.5, 1.0), seen, local=owner_host(ahead) == this_host())
+            woken = waiting.wait(watch, delay * random.uniform(0.5, 1.0), seen, local=owner_host(ahead) == this_host())
+            if woken and handshake_done and holder is not None and ahead == _holder_owner(holder):
+                hand_over = _HandOver(row.get(FENCE_COLUMN), looked_at)
+
+    def _take_handed_over(self, attempt: Acquisition, waiter: WaiterLease, hand_over: _HandOver) -> HeldLease | None:
+        """The first in line, woken by the release it watched, sends the grant straight away (see
+        the module's docstring): conditional on nobody holding and the fencing counter being the
+        one the released holder's grant left — so on nobody having been granted since. None:
+        not granted (someone else was, or the wake-up was not a release); look again."""
+        if not waiter.alive():
+            return None  # leasewatch may have removed our cell: a look decides
+        attempt.check()
+        taken = take(self.s, attempt, waiter.owner, waiter.ticket, hand_over.fence, tries=1)
+        if not isinstance(taken, HeldLease):
+            return None
+        taken.enqueued_at, taken.looked_at = waiter.enqueued_at, hand_over.looked_at
+        taken.contended = True
+        return taken
 
     @staticmethod
     def _look_ops(lock_id: str, start: str, ticket: str) -> list[Op]:
@@ -394,6 +431,16 @@ class _Look:
 
 
 @dataclass(frozen=True, slots=True)
+class _HandOver:
+    """The first in line was woken by the release of the holder its last look saw."""
+
+    fence: str | None
+    """The fencing counter that look read: the released holder's grant."""
+    looked_at: float
+    """When that look started: FIFO is judged by it (the grant skips a look)."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Quiet:
     """How this process left a lock it took without waiting and released cleanly."""
 
@@ -442,9 +489,11 @@ class _Waiting:
         instead of long-polling leasewatch for a change that is not ours to wait for."""
         self.watching_since = 0.0
 
-    def wait(self, watch: Watch, backoff: float, seen: int, *, local: bool) -> None:
+    def wait(self, watch: Watch, backoff: float, seen: int, *, local: bool) -> bool:
         """``local``: what we watch belongs to a process on this machine, whose release or
-        withdrawal wakes our socket directly."""
+        withdrawal wakes our socket directly. True when woken by a notice that what we watch
+        changed (a datagram to its name, or leasewatch's answer); False after the back-off or
+        an in-process signal (any change to the lock id)."""
         attempt = self.attempt
         lock_id = attempt.lock_id
         fresh = self.listener is None or self.listener.watch != watch
@@ -476,13 +525,13 @@ class _Waiting:
                 if waker.watch_in_background(lock_id, watch, cap, listener.wake):
                     backoff = max(backoff, cap)
             elif cap > 0 and waker.wait_for_change(lock_id, watch, cap if attempt.cancel is None else 0.5):
-                return
+                return True
         if remaining is not None:
             backoff = min(backoff, remaining)
         if self.listener is not None:
-            self.listener.wait(backoff, attempt.cancel)
-        else:
-            self.s.signals.wait(lock_id, seen, backoff, attempt.cancel)
+            return self.listener.wait(backoff, attempt.cancel)
+        self.s.signals.wait(lock_id, seen, backoff, attempt.cancel)
+        return False
 
     def close(self) -> None:
         if self.listener is not None:

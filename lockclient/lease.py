@@ -464,6 +464,12 @@ class WaiterLease:
             return self.last_attempt_at + min(self.lease / 10, 1.0)
         return self.renewed_at + self.lease / 3
 
+    def alive(self) -> bool:
+        """No revocation can have removed our cell yet: the last renewal (or the enqueue) started
+        less than a lease ago by our clock, and leasewatch waits a lease plus a grace past the last
+        change it saw before it revokes."""
+        return self.monotonic() - self.renewed_at < self.lease
+
     def renew(self, store: CellStore, timestamp: Callable[[], int]) -> None:
         with self._mutex:
             if self.ended:

@@ -33,6 +33,8 @@ from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN
 from lockclient.lockid import MAX_LOCK_ID_BYTES, make_owner, make_ticket, ticket_time, validate_lock_id
 from lockclient.store import Table
 from lockclient.watermark import WINDOW_US, parse_marks
+from tests.support.faulty import FaultyStore
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -455,3 +457,98 @@ def test_a_waiter_whose_watch_is_taken_looks_again_instead_of_long_polling(
         assert [lock.fencing_token for lock in done] == [holder.fencing_token + 1]
         done[0].release()
     assert waker.asked == [], "a waiter whose watch was taken long-polled leasewatch"
+
+
+def test_the_first_in_line_woken_by_the_release_it_watched_is_granted_without_looking_again(
+    locker: RemoteLocker, store: CellStore
+) -> None:
+    """Issue 14's hand-over: the waiter just behind the holder is woken by the holder's release
+    (a datagram to the name of the cell it watches) and sends the grant's compare-and-set at once,
+    conditional on the fencing counter its last look read — one Paxos round, no queue read. Its
+    FIFO judgement is that last look (``looked_at``), taken while the holder still held."""
+    from lockclient.wake import LocalWakeups
+
+    if not LocalWakeups.available:
+        pytest.skip("abstract Unix sockets are Linux-only")
+    faulty = FaultyStore(store)
+    looked = threading.Semaphore(0)
+    # The enqueue's overlapped look, then one sequential look (which completes the watermark
+    # handshake): each ends with its read of the lock's lease row.
+    faulty.arm(
+        "read_versioned",
+        after=lambda *a, **k: looked.release(),
+        when=lambda row, **k: row == "handover" and k.get("serial") is False,
+        times=2,
+    )
+    holder = locker.get_lock("handover")
+    done: list[RemoteLock] = []
+    # poll_max 60 s: once bound, the waiter's only way to wake in time is the release's datagram.
+    with RemoteLocker(faulty, lease=5, poll_max=60) as other:
+        t = threading.Thread(target=lambda: done.append(other.get_lock("handover", timeout=30)))
+        t.start()
+        try:
+            assert looked.acquire(timeout=20) and looked.acquire(timeout=20), "the waiter never looked twice"
+            before = dict(faulty.calls)
+            released_at = time.monotonic()
+            holder.release()
+        finally:
+            t.join(timeout=30)
+        after = dict(faulty.calls)
+        assert done, "the waiter was not granted"
+        lock = done[0]
+        assert lock.fencing_token == holder.fencing_token + 1 and lock.waited
+        assert lock.looked_at is not None and lock.looked_at < released_at, "FIFO is judged by the look before the wait"
+        spent = {m: after.get(m, 0) - before.get(m, 0) for m in set(after) | set(before)}
+        cas_and_reads = (spent.get("compare_and_set"), spent.get("read_row", 0), spent.get("read_versioned", 0))
+        assert cas_and_reads == (1, 0, 0), spent
+        lock.release()
+
+
+def test_a_hand_over_grant_refused_because_someone_else_took_the_lock_looks_again(
+    locker: RemoteLocker, store: CellStore
+) -> None:
+    """The wake-up is only a hint: between the release and the waiter's compare-and-set another
+    contender (one whose queue cell its last look could not see) takes the lock. The grant is
+    refused by the fencing counter, nobody is granted twice, and the waiter looks again, waits for
+    that holder and is granted after it."""
+    from lockclient.lease import HolderRecord, format_fence
+    from lockclient.wake import LocalWakeups
+
+    if not LocalWakeups.available:
+        pytest.skip("abstract Unix sockets are Linux-only")
+    faulty = FaultyStore(store)
+    looked = threading.Semaphore(0)
+    faulty.arm(
+        "read_versioned",
+        after=lambda *a, **k: looked.release(),
+        when=lambda row, **k: row == "stolen" and k.get("serial") is False,
+        times=2,
+    )
+    holder = locker.get_lock("stolen")
+    intruder = HolderRecord("zz-intruder", 1, 5.0, make_ticket(1, "zz-intruder"), holder.fencing_token + 1).encode()
+
+    def intruder_takes_it(*args: object, **kwargs: object) -> None:
+        applied = store.compare_and_set(
+            "stolen",
+            {HOLDER_COLUMN: None, FENCE_COLUMN: format_fence(holder.fencing_token, holder.owner)},
+            {HOLDER_COLUMN: intruder, FENCE_COLUMN: format_fence(holder.fencing_token + 1, "zz-intruder")},
+        ).applied
+        assert applied
+
+    done: list[RemoteLock] = []
+    with RemoteLocker(faulty, lease=5, poll_max=60) as other:
+        t = threading.Thread(target=lambda: done.append(other.get_lock("stolen", timeout=30)))
+        t.start()
+        try:
+            assert looked.acquire(timeout=20) and looked.acquire(timeout=20), "the waiter never looked twice"
+            faulty.arm("compare_and_set", before=intruder_takes_it, when=lambda row, *a, **k: row == "stolen")
+            holder.release()
+            wait_until(lambda: other.status("stolen").holders == ["zz-intruder"], "the intruder to hold")
+            threading.Event().wait(0.2)  # the waiter's refused grant and its next look
+            assert not done, "granted while the intruder held the lock"
+        finally:
+            store.compare_and_set("stolen", {HOLDER_COLUMN: intruder}, {HOLDER_COLUMN: None})
+            LocalWakeups.announce("stolen", released="zz-intruder")
+            t.join(timeout=30)
+        assert done and done[0].fencing_token == holder.fencing_token + 2
+        done[0].release()
