@@ -732,6 +732,7 @@ class _Chronolock(_Client):
             "wakeups": self.waker.wakeups,
             "fallbacks": self.waker.fallbacks,
             "notifications": self.waker.notifications,
+            "notices_skipped": self.waker.notices_skipped,
         }
 
 

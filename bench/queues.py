@@ -204,6 +204,7 @@ def _queue_worker(spec: QueueSpec, barrier: Any) -> None:
                 "longpoll_answers": waker.wakeups,
                 "longpoll_fallbacks": waker.fallbacks,
                 "notifications": waker.notifications,
+                "notices_skipped": waker.notices_skipped,
                 "errors": errors,
             }
         Path(spec.out_path).write_text(json.dumps(result))
