@@ -9,8 +9,10 @@ one node down leaves a quorum. Only timesvc runs here: locks need compare-and-se
 
 Judged over the whole history: zero decreases of ``/now`` across all clients and replicas in
 real-time order, ``/now`` within ``max_skew`` of real time, and ``/now`` serving again from every
-replica once the ring has recovered. Availability per phase is reported (not asserted: while 1.2
-has not yet marked a dead node down, a QUORUM read routed to it times out — the README says so).
+replica once the ring has recovered: within ``RECOVERY_BOUND_S`` of the resume the ring is all UP
+and every replica answers again (the time it took is reported), and then at least 95 % of reads
+succeed. Availability of the fault phases is reported, not asserted: while 1.2 has not yet marked a
+dead node down, a QUORUM read routed to it times out — the README says so.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 RING = REPO.parent / "shared" / "cassandra-ring"
 HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 MAX_SKEW = 1.0
+RECOVERY_BOUND_S = 120.0
 
 
 @dataclass
@@ -97,6 +100,8 @@ class Readers:
         self.phase = "start"
         self.stop = threading.Event()
         self.stats: Counter[tuple[str, str, bool]] = Counter()
+        self.errors: Counter[tuple[str, str]] = Counter()
+        self.streak: Counter[str] = Counter()
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(clients)]
         for t in self.threads:
             t.start()
@@ -113,9 +118,15 @@ class Readers:
                     response = http.get(f"{replica.url}/now")
                     ok = response.status_code == 200
                     value = int(response.json()["now_us"]) if ok else None
-                except (httpx.HTTPError, ValueError):
-                    ok, value = False, None
+                    error = "" if ok else f"{response.status_code} {response.text[:160]}"
+                except (httpx.HTTPError, ValueError) as exc:
+                    ok, value, error = False, None, type(exc).__name__
                 self.stats[(phase, replica.name, ok)] += 1
+                if ok:
+                    self.streak[replica.name] += 1
+                else:
+                    self.streak[replica.name] = 0
+                    self.errors[(phase, error)] += 1
                 fields = {"invoke": invoke, "ok": ok, "replica": replica.name, "phase": phase, "client": client}
                 if value is not None:
                     fields["value"] = value
@@ -126,6 +137,10 @@ class Readers:
         self.stop.set()
         for t in self.threads:
             t.join(timeout=10)
+
+    def serving(self, replicas: list[ServiceProcess], reads: int = 5) -> bool:
+        """Whether every replica answered its last ``reads`` reads."""
+        return all(self.streak[r.name] >= reads for r in replicas)
 
     def availability(self, phase: str) -> float:
         ok = sum(n for (p, _, good), n in self.stats.items() if p == phase and good)
@@ -165,6 +180,18 @@ def test_timesvc_on_the_ring_survives_node_kill_restart_and_pause(ring: Ring, pr
         phase("node2 restarted", 12, ("restart", "2"))
         phase("node3 paused", 25, ("pause", "3"))
         phase("node3 resumed", 10, ("resume", "3"))
+        # The guarantee is that /now serves again once the ring has recovered, not how soon a
+        # loaded machine gets there: 1.2 replays hints and re-gossips after a resume, and on a
+        # busy CI machine that once took more than 16 s (reads at QUORUM timing out meanwhile).
+        # So wait, bounded, until the ring is all UP and every replica answers again, report how
+        # long that took, and only then judge availability.
+        readers.phase = "recovering"
+        started = time.monotonic()
+        ring("wait")
+        while not readers.serving(replicas) and time.monotonic() - started < RECOVERY_BOUND_S:
+            threading.Event().wait(0.2)
+        recovery = time.monotonic() - started
+        phases.append(("recovering", recovery))  # until all UP and every replica serving
         phase("recovered", 6)
     finally:
         readers.close()
@@ -174,7 +201,9 @@ def test_timesvc_on_the_ring_survives_node_kill_restart_and_pause(ring: Ring, pr
     violations, stats = check_now(History(events), max_skew=MAX_SKEW, wall_minus_mono_ns=wall_minus_mono)
     lines = [f"/now on the 3-node ring: {stats.reads} reads ok, {stats.failed} failed; history {tmp_path}"]
     for name, took in phases:
-        lines.append(f"  {name:42s} {took:5.1f}s  availability {readers.availability(name):6.1%}")
+        lines.append(f"  {name:48s} {took:5.1f}s  availability {readers.availability(name):6.1%}")
+    for (name, error), n in sorted(readers.errors.items()):
+        lines.append(f"  {n:5d} failed in {name}: {error}")
     lines.append(
         f"  /now offset to real time: {stats.max_outside_s:.3f}s outside its read window at most (with the "
         f"read latency: {stats.max_ahead_s:.3f}s ahead, {stats.max_behind_s:.3f}s behind)"
@@ -183,6 +212,7 @@ def test_timesvc_on_the_ring_survives_node_kill_restart_and_pause(ring: Ring, pr
     (tmp_path / "report.txt").write_text(report + "\n")
     print(report)
     assert violations == [], "\n".join(str(v) for v in violations[:20])
+    assert recovery < RECOVERY_BOUND_S, f"/now did not serve from every replica within {RECOVERY_BOUND_S}s\n{report}"
     for r in replicas:
         served = readers.stats[("recovered", r.name, True)]
         assert served > 0, f"{r.name} did not serve /now again after the ring recovered\n{report}"
