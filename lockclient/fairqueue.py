@@ -18,7 +18,7 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
    grants it and issues the fencing token (:func:`lockclient.algorithm.take`);
 4. otherwise **wait** for the one thing that can let us move: the cell just ahead of
    ours to be gone, or — first in line — the holder to change; then look again. A look
-   reads two queue cells at most (ours and the one ahead), so it costs the same in a
+   reads three queue cells at most (ours and the two ahead), so it costs the same in a
    queue of 2 or 200.
 
 So an uncontended acquisition costs one plain round trip and one Paxos round; a
@@ -36,6 +36,15 @@ after the watermark handshake, while our own lease is surely unrevoked, and only
 notice — a back-off timeout looks first (a refused compare-and-set costs a Paxos round; a
 look, a plain read). Refused (a hint that was not a release, or a contender the look could
 not see took the lock): look again, as before.
+
+Only when nobody's cell is ahead of the holder's: the holder keeps its queue cell until it
+releases, so a waiter right behind it sees that cell as the one ahead — and a cell *ahead of
+the holder's* (a ticket below the holder's: a contender that enqueued while the holder, granted
+on its first look, skipped the commit wait, or whose cell the holder's overlapped look could
+not see yet) is next once the holder goes. A look reads one cell more than it watches for
+exactly this; with two cells the waiter behind the holder could not see such a cell and
+granted itself over it, again and again while the contender raced every hand-over
+(bench/peers, P = 5: one grant overtaken by 16 later tickets, 30 ms).
 
 **Re-taking a quiet lock: one round trip.** A process that took a lock without waiting and
 released it cleanly remembers the fencing counter it left and the watermark proposal it
@@ -239,6 +248,7 @@ class FairQueue:
     ) -> HeldLease | _Turn:
         store, lock_id, ticket = attempt.store, attempt.lock_id, waiter.ticket
         handshake_done = False
+        next_after_holder = False
         contended = False
         delay = self.s.poll_min
         last: tuple[Watch, str | None] | None = None
@@ -298,11 +308,13 @@ class FairQueue:
                 predecessor = mine_and_before[0] if mine_and_before else None
                 # The grant's compare-and-set checks `proposed` after our write (see above).
                 fenced_by_watermark = {PROPOSED: row.get(PROPOSED)}
+                next_after_holder = False
             else:
                 handshake_done = True
                 if not mine_and_before or mine_and_before[0].column != ticket:
                     return _Turn.REVOKED
                 predecessor = mine_and_before[1] if len(mine_and_before) > 1 else None
+                next_after_holder = len(mine_and_before) <= 2  # nobody's cell ahead of the one ahead
                 fenced_by_watermark = None
             holder: str | None = row.get(HOLDER_COLUMN)
             if predecessor is None and holder is None:
@@ -338,7 +350,8 @@ class FairQueue:
             attempt.check()
             settle()
             woken = waiting.wait(watch, delay * random.uniform(0.5, 1.0), seen, local=owner_host(ahead) == this_host())
-            if woken and handshake_done and holder is not None and ahead == _holder_owner(holder):
+            handed_over = woken and handshake_done and next_after_holder
+            if handed_over and holder is not None and ahead == _holder_owner(holder):
                 hand_over = _HandOver(row.get(FENCE_COLUMN), looked_at)
 
     def _take_handed_over(self, attempt: Acquisition, waiter: WaiterLease, hand_over: _HandOver) -> HeldLease | None:
@@ -358,12 +371,13 @@ class FairQueue:
 
     @staticmethod
     def _look_ops(lock_id: str, start: str, ticket: str) -> list[Op]:
-        """One look, whatever the queue's length: our own cell and the one just ahead of it (a
-        reverse slice from our ticket down to the watermark, two cells at most: ours missing
-        means revoked, none ahead means first in line) and the lease row (holder, fencing
-        counter, watermarks; a plain read, no Paxos round)."""
+        """One look, whatever the queue's length: our own cell and the two just ahead of it (a
+        reverse slice from our ticket down to the watermark, three cells at most: ours missing
+        means revoked, none ahead means first in line; the second one ahead only matters when
+        the first is the holder's: see "A hand-over skips the look" above) and the lease row (holder,
+        fencing counter, watermarks; a plain read, no Paxos round)."""
         return [
-            ReadRow(Table.QUEUE, lock_id, start, limit=2, end=ticket, reverse=True),
+            ReadRow(Table.QUEUE, lock_id, start, limit=3, end=ticket, reverse=True),
             ReadVersioned(lock_id, serial=False),
         ]
 

@@ -552,3 +552,53 @@ def test_a_hand_over_grant_refused_because_someone_else_took_the_lock_looks_agai
             t.join(timeout=30)
         assert done and done[0].fencing_token == holder.fencing_token + 2
         done[0].release()
+
+
+def test_a_waiter_behind_the_holder_is_not_handed_the_lock_over_a_cell_ahead_of_the_holders(
+    locker: RemoteLocker, store: CellStore
+) -> None:
+    """The holder keeps its queue cell until it releases, so the waiter right behind it watches
+    that cell. A contender whose ticket sorts *below the holder's* (it enqueued while the holder,
+    granted on its first look, skipped the commit wait) is next once the holder goes. The waiter
+    behind the holder, woken by the release, must not grant itself without a look: it looks,
+    finds that cell ahead and waits for it. (With a two-cell look the waiter could not see it and
+    granted itself over it; bench/peers saw one contender overtaken by 16 later tickets.)"""
+    from lockclient.lease import WaiterRecord
+    from lockclient.wake import LocalWakeups
+
+    if not LocalWakeups.available:
+        pytest.skip("abstract Unix sockets are Linux-only")
+    lock_id = "behind-holder"
+    holder = locker.get_lock(lock_id)
+    early_owner = make_owner("early")
+    early = make_ticket(ticket_time(holder.ticket) - 1, early_owner)
+    store.put(Table.QUEUE, lock_id, early, WaiterRecord(early_owner, 1, 30.0).encode(), timestamp=1)
+
+    faulty = FaultyStore(store)
+    looked = threading.Semaphore(0)
+    faulty.arm(
+        "read_versioned",
+        after=lambda *a, **k: looked.release(),
+        when=lambda row, **k: row == lock_id and k.get("serial") is False,
+        times=3,
+    )
+    done: list[RemoteLock] = []
+    with RemoteLocker(faulty, lease=5, poll_max=60) as other:
+        t = threading.Thread(target=lambda: done.append(other.get_lock(lock_id, timeout=30)))
+        t.start()
+        try:
+            # The enqueue's overlapped look, then a sequential one (the watermark handshake):
+            # it sees the holder's cell just ahead of its own, and waits for it to go.
+            assert looked.acquire(timeout=20) and looked.acquire(timeout=20), "the waiter never looked twice"
+            cas_before = faulty.calls.get("compare_and_set", 0)
+            holder.release()
+            assert looked.acquire(timeout=20), "woken by the release, the waiter did not look again"
+            threading.Event().wait(0.2)  # time enough for a grant it should not send
+            assert faulty.calls.get("compare_and_set", 0) == cas_before, "the waiter tried to take the lock"
+            assert not done and other.status(lock_id).holders == [], "granted over an earlier ticket"
+        finally:
+            store.delete(Table.QUEUE, lock_id, early, timestamp=2)
+            LocalWakeups.announce(lock_id, gone=early)
+            t.join(timeout=30)
+    assert done and done[0].fencing_token == holder.fencing_token + 1
+    done[0].release()
