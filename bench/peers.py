@@ -60,6 +60,7 @@ count and by wall time; workers that overrun are killed by PID.
 from __future__ import annotations
 
 import base64
+import bisect
 import contextlib
 import itertools
 import json
@@ -642,6 +643,13 @@ class Grant:
     handle: Any
     token: int | None = None
     counts: Counts = UNCOUNTED
+    ticket_us: int | None = None
+    """chronolock's fair queue: the global time of the ticket the grant was made for."""
+    enqueued_at: float | None = None
+    """...``time.monotonic()`` when its queue cell was written (one clock for all processes here)."""
+    looked_at: float | None = None
+    """...and when the queue read that preceded the grant started: FIFO is promised among the
+    cells written before it (README, "Order (FIFO)")."""
 
 
 @dataclass(frozen=True)
@@ -704,12 +712,16 @@ class _Chronolock(_Client):
 
     def acquire(self, timeout: float) -> Grant | None:
         from lockclient.errors import LockTimeout
+        from lockclient.lockid import ticket_time
 
         try:
             lock = self.locker.get_lock(self.spec.lock_name, timeout=timeout)
         except LockTimeout:
             return None
-        return Grant(lock, lock.fencing_token, (lock.store_ops, lock.round_trips, lock.lwt_rounds))
+        if not lock.ticket[:1].isdigit():  # the backoff baseline has no queue
+            return Grant(lock, lock.fencing_token, (lock.store_ops, lock.round_trips, lock.lwt_rounds))
+        counts = (lock.store_ops, lock.round_trips, lock.lwt_rounds)
+        return Grant(lock, lock.fencing_token, counts, ticket_time(lock.ticket), lock.enqueued_at, lock.looked_at)
 
     def release(self, grant: Grant) -> Counts:
         lock = grant.handle
@@ -970,7 +982,12 @@ def _worker(spec: WorkerSpec, barrier: Any) -> None:
             releasing = time.monotonic()
             release_counts = client.release(grant)
             released = time.monotonic()
-            records.append([invoked, acquired, releasing, released, grant.token, *grant.counts, *release_counts])
+            records.append(
+                [
+                    *(invoked, acquired, releasing, released, grant.token, *grant.counts, *release_counts),
+                    *(grant.ticket_us, grant.enqueued_at, grant.looked_at),
+                ]
+            )
     except Exception as exc:  # report, do not hang the parent
         error = f"{type(exc).__name__}: {exc}"[:300]
     finally:
@@ -1102,13 +1119,54 @@ def _mean_or_none(values: list[Any]) -> float | None:
     return round(statistics.fmean(known), 2) if known and len(known) == len(values) else None
 
 
+def ticket_overtakes(grants: list[Any]) -> dict[str, Any]:
+    """How far the grants (in grant order: acquired first; ticket, enqueued-at and looked-at
+    last) left ticket order. A grant is *overtaken* by every grant made before it for a later
+    ticket; that breaks the FIFO promise only if its queue cell was written before the
+    overtaker's grant-deciding look started (``fifo_violations``) — a cell still being written,
+    or a ticket taken late by a process waiting for a core, may lose its turn. None where the
+    lock has no tickets."""
+    if not grants or any(g[8] is None for g in grants):
+        return {
+            "grants_overtaken": None,
+            "overtakers_max": None,
+            "overtake_ticket_gap_max_ms": None,
+            "fifo_violations": None,
+        }
+    granted: list[int] = []  # tickets granted so far, sorted
+    overtaken = most = violations = 0
+    gap_us = 0
+    for i, g in enumerate(grants):
+        ticket, enqueued_at = g[8], g[9]
+        later = len(granted) - bisect.bisect_right(granted, ticket)
+        if later:
+            overtaken += 1
+            most = max(most, later)
+            gap_us = max(gap_us, granted[-1] - ticket)
+            # Only grants made after our cell was written can have looked after it.
+            j = i - 1
+            while j >= 0 and enqueued_at is not None and grants[j][0] > enqueued_at:
+                h = grants[j]
+                if h[8] > ticket and h[10] is not None and h[10] > enqueued_at:
+                    violations += 1
+                j -= 1
+        bisect.insort(granted, ticket)
+    return {
+        "grants_overtaken": overtaken,
+        "overtakers_max": most,
+        "overtake_ticket_gap_max_ms": gap_us / 1e3,
+        "fifo_violations": violations,
+    }
+
+
 def analyse(peer: Peer, p: int, k: int, results: list[dict[str, Any]]) -> dict[str, Any]:
     starts = [r["start"] for r in results if r["start"] is not None]
     t0 = min(starts) if starts else 0.0
-    # (acquired, releasing, released, process, wait, token, acquire counts, release counts)
+    # (acquired, releasing, released, process, wait, token, acquire counts, release counts, ticket,
+    # enqueued at, looked at)
     grants = sorted(
         (
-            (rec[1], rec[2], rec[3], r["index"], rec[1] - rec[0], rec[4], rec[5:8], rec[8:11])
+            (rec[1], rec[2], rec[3], r["index"], rec[1] - rec[0], rec[4], rec[5:8], rec[8:11], *rec[11:14])
             for r in results
             for rec in r["records"]
         ),
@@ -1137,6 +1195,7 @@ def analyse(peer: Peer, p: int, k: int, results: list[dict[str, Any]]) -> dict[s
     # Runs count while all P contend: after the first process finished its K, the last ones
     # left take the lock in runs however fair the lock is.
     longest = longest_run(contended)
+    overtaken = ticket_overtakes(contended)
     release_ms = [(g[2] - g[1]) * 1e3 for g in grants]
     span = (max(g[2] for g in grants) - t0) if grants else 0.0
 
@@ -1164,6 +1223,7 @@ def analyse(peer: Peer, p: int, k: int, results: list[dict[str, Any]]) -> dict[s
         "jain_index": round(jain_index(per_process), 3) if grants else None,
         "overlapping_holds": overlaps,
         "tokens_in_grant_order": tokens_in_order,
+        **overtaken,
         "client_ops_acquire_mean": _mean_or_none(acquire_ops),
         "client_ops_acquire_max": max(acquire_ops) if acquire_ops and None not in acquire_ops else None,
         "client_ops_release_mean": _mean_or_none(release_ops),
@@ -1174,9 +1234,9 @@ def analyse(peer: Peer, p: int, k: int, results: list[dict[str, Any]]) -> dict[s
         "worker_stats": [r.get("stats", {}) for r in results],
         # Raw: per grant in grant order — process, ms since the barrier when acquire was
         # invoked, wait ms, and the counts (acquire ops/round trips/LWT, release the same).
-        # The time release took, ms, last.
+        # The time release took, ms, then the ticket's global µs (chronolock's queue; else null).
         "grants": [
-            [g[3], round((g[0] - g[4] - t0) * 1e3, 3), round(g[4] * 1e3, 3), *g[6], *g[7], round(rel, 3)]
+            [g[3], round((g[0] - g[4] - t0) * 1e3, 3), round(g[4] * 1e3, 3), *g[6], *g[7], round(rel, 3), *g[8:11]]
             for g, rel in zip(grants, release_ms, strict=True)
         ],
     }
@@ -1193,6 +1253,17 @@ def analyse(peer: Peer, p: int, k: int, results: list[dict[str, Any]]) -> dict[s
 # --------------------------------------------------------------------------------------
 # Output: JSON, Markdown, one plot.
 # --------------------------------------------------------------------------------------
+
+
+def _overtaken_cell(r: dict[str, Any]) -> str:
+    if r.get("grants_overtaken") is None:
+        return "–"
+    if r["grants_overtaken"] == 0:
+        return "0"
+    return (
+        f"{r['grants_overtaken']} (≤ {r['overtakers_max']}, ≤ {_fmt(r['overtake_ticket_gap_max_ms'])} ms; "
+        f"FIFO violations {r['fifo_violations']})"
+    )
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -1276,6 +1347,7 @@ def markdown(data: dict[str, Any]) -> str:
                     _fmt(r["wait_max_ms"]),
                     _fmt(r["acquisitions_per_s"]),
                     r["longest_run"],
+                    _overtaken_cell(r),
                     _fmt(r["jain_index"]),
                     _ops_cell(r),
                     _rt_cell(r),
@@ -1315,7 +1387,12 @@ def markdown(data: dict[str, Any]) -> str:
         ),
         "",
         "Details: wait = time inside acquire; acq/s over the whole span; longest run = most consecutive "
-        "grants to one process while all P contend (a fair FIFO lock: 1); Jain index over grants per "
+        "grants to one process while all P contend (a fair FIFO lock: 1); overtaken = chronolock's queue: "
+        "grants made after a grant for a later ticket, while all P contend (most overtakers of one grant, "
+        "largest ticket gap; FIFO violations = overtakes by a grant whose deciding look started after "
+        "the overtaken cell was written, must be 0), so a run of one process is told from a process "
+        "that took its ticket late; "
+        "Jain index over grants per "
         "process while all contend (1 = equal); "
         "ops/acq = acquire + release operations counted by the client (chronolock: store operations; "
         "PostgreSQL, naive Cassandra: statements), or by the server for all clients together "
@@ -1337,6 +1414,7 @@ def markdown(data: dict[str, Any]) -> str:
                 "max ms",
                 "acq/s",
                 "longest run",
+                "overtaken",
                 "Jain",
                 "ops/acq",
                 "round trips",
