@@ -66,11 +66,13 @@ def test_gc_purges_only_old_tombstones_and_expired_cells_through_their_indexes(d
 
 def test_gc_never_holds_the_write_lock_for_long(db: str) -> None:
     """100,000 old tombstones: the old single DELETE held the database's write lock for the
-    whole purge; in batches of 1,000 a writer in another connection waits a few ms at most."""
+    whole purge, so a writer in another connection finished nothing until it ended; in batches
+    of 1,000 the writer keeps finishing writes all through the purge."""
     store = SQLiteStore(db, gc_grace=60)
     fill_tombstones(db, 100_000, applied_at=time.time() - 120)
     writer = SQLiteStore(db)  # another connection, as another process would have
     waits: list[float] = []
+    finished: list[float] = []
     done = threading.Event()
 
     def write() -> None:
@@ -78,7 +80,8 @@ def test_gc_never_holds_the_write_lock_for_long(db: str) -> None:
         while not done.is_set():
             started = time.monotonic()
             writer.put(Table.QUEUE, "busy", f"c{i}", "v", timestamp=i + 1)
-            waits.append(time.monotonic() - started)
+            finished.append(time.monotonic())
+            waits.append(finished[-1] - started)
             i += 1
             time.sleep(0.002)
 
@@ -97,11 +100,15 @@ def test_gc_never_holds_the_write_lock_for_long(db: str) -> None:
         f"gc of 100,000 tombstones: {took:.2f} s; writer waits p50 {waits[len(waits) // 2] * 1000:.1f} ms, "
         f"max {waits[-1] * 1000:.1f} ms over {len(waits)} writes"
     )
-    assert len(waits) >= 10, "the writer got no turn during the purge"
-    # Relative, so that a busy machine slows both sides alike: one DELETE for the whole purge
-    # made the writer's longest wait about the purge's whole duration; batches of 1,000 make
-    # it a small share of it (here: a few ms of a purge of ~1 s).
-    assert waits[-1] < took / 4, f"a writer waited {waits[-1]:.3f} s of a {took:.3f} s purge"
+    # What the batches guarantee, not how fast a busy machine schedules the writer thread (a
+    # bound on its longest wait relative to the purge flaked in CI: 0.21 s of 0.57 s): writes
+    # complete in each half of the purge. One DELETE for the whole purge completes none until
+    # it ends.
+    halves = [
+        sum(1 for t in finished if started < t <= started + took / 2),
+        sum(1 for t in finished if started + took / 2 < t < started + took),
+    ]
+    assert min(halves) >= 3, f"writes completed in each half of a {took:.3f} s purge: {halves}"
     writer.close()
     store.close()
 
