@@ -718,9 +718,9 @@ class _Chronolock(_Client):
             lock = self.locker.get_lock(self.spec.lock_name, timeout=timeout)
         except LockTimeout:
             return None
-        if not lock.ticket[:1].isdigit():  # the backoff baseline has no queue
-            return Grant(lock, lock.fencing_token, (lock.store_ops, lock.round_trips, lock.lwt_rounds))
         counts = (lock.store_ops, lock.round_trips, lock.lwt_rounds)
+        if not lock.ticket[:1].isdigit():  # the backoff baseline has no queue
+            return Grant(lock, lock.fencing_token, counts)
         return Grant(lock, lock.fencing_token, counts, ticket_time(lock.ticket), lock.enqueued_at, lock.looked_at)
 
     def release(self, grant: Grant) -> Counts:

@@ -459,6 +459,20 @@ def test_a_waiter_whose_watch_is_taken_looks_again_instead_of_long_polling(
     assert waker.asked == [], "a waiter whose watch was taken long-polled leasewatch"
 
 
+def counting_looks(store: CellStore, lock_id: str, *, times: int) -> tuple[FaultyStore, threading.Semaphore]:
+    """``store`` wrapped so that the returned semaphore is released at the end of each of the next
+    ``times`` looks at ``lock_id`` (a look ends with its plain read of the lock's lease row)."""
+    faulty = FaultyStore(store)
+    looked = threading.Semaphore(0)
+    faulty.arm(
+        "read_versioned",
+        after=lambda *a, **k: looked.release(),
+        when=lambda row, **k: row == lock_id and k.get("serial") is False,
+        times=times,
+    )
+    return faulty, looked
+
+
 def test_the_first_in_line_woken_by_the_release_it_watched_is_granted_without_looking_again(
     locker: RemoteLocker, store: CellStore
 ) -> None:
@@ -470,16 +484,9 @@ def test_the_first_in_line_woken_by_the_release_it_watched_is_granted_without_lo
 
     if not LocalWakeups.available:
         pytest.skip("abstract Unix sockets are Linux-only")
-    faulty = FaultyStore(store)
-    looked = threading.Semaphore(0)
     # The enqueue's overlapped look, then one sequential look (which completes the watermark
     # handshake): each ends with its read of the lock's lease row.
-    faulty.arm(
-        "read_versioned",
-        after=lambda *a, **k: looked.release(),
-        when=lambda row, **k: row == "handover" and k.get("serial") is False,
-        times=2,
-    )
+    faulty, looked = counting_looks(store, "handover", times=2)
     holder = locker.get_lock("handover")
     done: list[RemoteLock] = []
     # poll_max 60 s: once bound, the waiter's only way to wake in time is the release's datagram.
@@ -516,14 +523,7 @@ def test_a_hand_over_grant_refused_because_someone_else_took_the_lock_looks_agai
 
     if not LocalWakeups.available:
         pytest.skip("abstract Unix sockets are Linux-only")
-    faulty = FaultyStore(store)
-    looked = threading.Semaphore(0)
-    faulty.arm(
-        "read_versioned",
-        after=lambda *a, **k: looked.release(),
-        when=lambda row, **k: row == "stolen" and k.get("serial") is False,
-        times=2,
-    )
+    faulty, looked = counting_looks(store, "stolen", times=2)
     holder = locker.get_lock("stolen")
     intruder = HolderRecord("zz-intruder", 1, 5.0, make_ticket(1, "zz-intruder"), holder.fencing_token + 1).encode()
 
@@ -574,14 +574,7 @@ def test_a_waiter_behind_the_holder_is_not_handed_the_lock_over_a_cell_ahead_of_
     early = make_ticket(ticket_time(holder.ticket) - 1, early_owner)
     store.put(Table.QUEUE, lock_id, early, WaiterRecord(early_owner, 1, 30.0).encode(), timestamp=1)
 
-    faulty = FaultyStore(store)
-    looked = threading.Semaphore(0)
-    faulty.arm(
-        "read_versioned",
-        after=lambda *a, **k: looked.release(),
-        when=lambda row, **k: row == lock_id and k.get("serial") is False,
-        times=3,
-    )
+    faulty, looked = counting_looks(store, lock_id, times=3)
     done: list[RemoteLock] = []
     with RemoteLocker(faulty, lease=5, poll_max=60) as other:
         t = threading.Thread(target=lambda: done.append(other.get_lock(lock_id, timeout=30)))
