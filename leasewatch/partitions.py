@@ -44,15 +44,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import secrets
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lockclient.errors import StoreError
 from lockclient.lockid import INDEX_SHARDS
 from lockclient.logs import get_logger
+from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CellStore, VersionedTable
 from lockclient.store.base import CompareAndSet
 
@@ -136,18 +134,19 @@ class PartitionLeases:
         grace: float = 2.0,
         partitions: int = INDEX_SHARDS,
         linger: Callable[[], float] | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] | None = None,
+        runtime: Runtime = THREADS,
     ) -> None:
         if lease <= 0 or grace < 0:
             raise ValueError("lease must be > 0 and grace >= 0")
         self.store = store
-        self.member = f"{replica_id}#{secrets.token_hex(4)}"
+        self.member = f"{replica_id}#{runtime.token_hex(4)}"
         self.lease = lease
         self.grace = grace
         self.partitions = partitions
         self._linger = linger or (lambda: lease + grace)
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
+        self._monotonic = monotonic or runtime.monotonic
+        self._lock = runtime.lock()  # held across the store calls of one refresh
         self._seen: dict[str, _Seen] = {}  # "m:<member>" / "p:<n>" -> what we saw, and since when
         self._version = 0
         self._renewed_at: float | None = None

@@ -69,8 +69,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import threading
-import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -82,6 +80,7 @@ from lockclient.errors import StoreError
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HolderRecord, WaiterRecord, parse_fence
 from lockclient.lockid import INDEX_SHARDS, index_shard, make_ticket
 from lockclient.logs import get_logger
+from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CasResult, Cell, CellStore, Table
 from lockclient.store.base import CompareAndSet, Delete, Get, Op, ReadRow
 from lockclient.store.opener import public_error
@@ -272,10 +271,11 @@ class Watcher:
         grace: float = 2.0,
         orphan_after: float = 12.0,
         replica_id: str = "leasewatch",
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] | None = None,
         on_revoke: Callable[[Revocation], None] | None = None,
         scan_interval: float = 1.0,
         observed: Observed | None = None,
+        runtime: Runtime = THREADS,
     ) -> None:
         if grace < 0 or orphan_after <= 0 or scan_interval <= 0:
             raise ValueError("grace must be >= 0, orphan_after and scan_interval > 0")
@@ -283,12 +283,13 @@ class Watcher:
         self.grace = grace
         self.orphan_after = orphan_after
         self.replica_id = replica_id
-        self._monotonic = monotonic
+        self._monotonic = monotonic = monotonic or runtime.monotonic
         self._on_revoke = on_revoke
         self.scan_interval = scan_interval
         self.observed = observed if observed is not None else Observed()
         """Grants, waits and store errors as this watcher saw them (leasewatch.observed)."""
-        self._lock = threading.Lock()
+        self._runtime = runtime
+        self._lock = runtime.lock()  # held across the store calls of a scan or a due check
         self._leases: dict[_Key, _Observation] = {}
         self._locks: dict[str, _LockWatch] = {}
         # The next looks, by time slot (monotonic seconds / scan interval): slot -> lock ids,
@@ -783,7 +784,7 @@ class Watcher:
             owner=owner,
             reason=reason,
             unchanged_for=None if unchanged is None else round(unchanged, 3),
-            at=datetime.now(UTC),
+            at=datetime.fromtimestamp(self._runtime.wall_us() / 1e6, UTC),
             by=self.replica_id,
             holder=holder,
             caller=caller,

@@ -10,7 +10,6 @@ differ only in *who may try* to take the lock and when; taking it is the same fo
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
@@ -18,9 +17,10 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 from lockclient.errors import LockCancelled, LockTimeout, StoreUnavailable
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, format_fence, parse_fence
 from lockclient.logs import get_logger
+from lockclient.runtime import THREADS, Event, Runtime
 from lockclient.store import CellStore
 from lockclient.store.counting import CountingStore
-from lockclient.wake import LocalWakeups
+from lockclient.wake import LOCAL_WAKEUPS, Wakeups
 
 if TYPE_CHECKING:
     from lockclient.clock import GlobalClock
@@ -64,7 +64,12 @@ class Services:
     lease: float
     poll_min: float
     poll_max: float
-    monotonic: Callable[[], float] = time.monotonic
+    runtime: Runtime = THREADS
+    wakeups: Wakeups = LOCAL_WAKEUPS
+
+    @property
+    def monotonic(self) -> Callable[[], float]:
+        return self.runtime.monotonic
 
     def announce(
         self, lock_id: str, *, gone: str | None = None, released: str | None = None, remote: bool = True
@@ -72,7 +77,7 @@ class Services:
         """The lock's holder or queue changed (queue cell ``gone``, holder ``released``): wake its
         waiters here now, and — if ``remote`` waiters may exist — elsewhere through leasewatch
         (best effort, off the caller's path)."""
-        reached = LocalWakeups.announce(lock_id, gone=gone, released=released)
+        reached = self.wakeups.announce(lock_id, gone=gone, released=released)
         self.signals.notify(lock_id)
         waker = self.waker
         if waker is not None and remote and not reached:
@@ -93,19 +98,20 @@ class Acquisition:
     store: CountingStore
     """The locker's store, counting what this acquisition costs."""
     deadline: float | None
-    cancel: threading.Event | None
+    cancel: Event | None
     max_hold: float | None
     blocking: bool
+    runtime: Runtime = THREADS
 
     def check(self) -> None:
         """Raise if the caller gave up (cancel) or ran out of time."""
         if self.cancel is not None and self.cancel.is_set():
             raise LockCancelled("get_lock was cancelled", lock_id=self.lock_id)
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        if self.deadline is not None and self.runtime.monotonic() >= self.deadline:
             raise LockTimeout("timed out waiting for the lock", lock_id=self.lock_id)
 
     def remaining(self) -> float | None:
-        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        return None if self.deadline is None else max(0.0, self.deadline - self.runtime.monotonic())
 
     def retrying(self, step: Callable[[], T]) -> T:
         """Run an idempotent store step (reads, timestamped writes); while the store is away,
@@ -128,7 +134,7 @@ class Acquisition:
                 if self.cancel is not None:
                     self.cancel.wait(wait)
                 else:
-                    threading.Event().wait(wait)
+                    self.runtime.sleep(wait)
                 pause = min(pause * 2, 1.0)
                 try:
                     self.check()
@@ -186,7 +192,7 @@ def take(
             applied, current = _settle(services, attempt, value, exc)
         if applied:
             return HeldLease(
-                attempt.lock_id, record, renewed_at=started, max_hold=attempt.max_hold, monotonic=services.monotonic
+                attempt.lock_id, record, renewed_at=started, max_hold=attempt.max_hold, runtime=services.runtime
             )
         # Also when the store says "uncertain" (outcome unknown, the row changed since): had
         # our grant applied, the holder would still be us — only its owner or a revocation
@@ -219,7 +225,7 @@ def _settle(
                 log.warning("grant_outcome_unknown", lock_id=attempt.lock_id, error=str(exc), cause=str(cause))
                 attempt.check()
                 raise StoreUnavailable(f"the grant's outcome stayed unknown: {exc}") from exc
-            time.sleep(pause)
+            services.runtime.sleep(pause)
             pause = min(pause * 2, 1.0)
             continue
         holder = row.get(HOLDER_COLUMN)

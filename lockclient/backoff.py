@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import random
-import threading
 from typing import ClassVar
 
 from lockclient.algorithm import Acquisition, Services, take
@@ -77,7 +75,7 @@ class Backoff:
     def acquire(self, attempt: Acquisition) -> HeldLease | None:
         """Listing 4 (blocking) or one listing-3 attempt (not blocking)."""
         store, lock_id = attempt.store, attempt.lock_id
-        owner = make_owner()
+        owner = make_owner(runtime=self.s.runtime)
         stamp = self.s.timestamps.next(self.s.clock.now_us())
         # Marked: leasewatch reads the baseline's rows only for lock ids listed with this value.
         store.put(Table.INDEX, index_shard(lock_id), lock_id, BACKOFF_INDEX_MARK, timestamp=stamp)
@@ -97,9 +95,9 @@ class Backoff:
                 if not attempt.blocking:
                     return None
                 if result is TryLockResult.ANOTHER_THREAD_IS_OWNER:
-                    pause = random.uniform(0, self.owner_wait)
+                    pause = self.s.runtime.uniform(0, self.owner_wait)
                 else:
-                    pause = random.uniform(0, self.step * tries)
+                    pause = self.s.runtime.uniform(0, self.step * tries)
                     tries += 1
                 remaining = attempt.remaining()
                 if remaining is not None:
@@ -107,7 +105,7 @@ class Backoff:
                 if attempt.cancel is not None:
                     attempt.cancel.wait(pause)
                 else:
-                    _sleep(pause)
+                    self.s.runtime.sleep(pause)
                 attempt.check()
         except BaseException:
             # No lease was granted; if the store is away, leasewatch clears the orphan main cell.
@@ -120,7 +118,3 @@ class Backoff:
         clean = lease.release(store)
         pending.wait()
         return clean
-
-
-def _sleep(seconds: float) -> None:
-    threading.Event().wait(seconds)  # time.sleep fails under libfaketime in tests

@@ -34,10 +34,7 @@ interval for the samples taken before the jump; they expire after ``max_age``.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
-import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
@@ -47,6 +44,7 @@ import httpx
 from lockclient.errors import ChronolockError, ConfigurationError, StoreError, TimeServiceUnavailable
 from lockclient.globaltime import GlobalTimeUpdater
 from lockclient.logs import get_logger
+from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CellStore
 
 __all__ = [
@@ -112,8 +110,9 @@ class Extrapolator:
         *,
         max_age: float = 1.0,
         refresh_after: float = 0.2,
-        monotonic_ns: Callable[[], int] = time.monotonic_ns,
-        sleep: Callable[[float], None] = time.sleep,
+        runtime: Runtime = THREADS,
+        monotonic_ns: Callable[[], int] | None = None,
+        sleep: Callable[[float], None] | None = None,
         name: str = "chronolock-clock",
     ) -> None:
         if not (max_age >= 0 and refresh_after >= 0):
@@ -121,10 +120,11 @@ class Extrapolator:
         self._fetch = fetch
         self._max_age_ns = int(max_age * 1e9)
         self._refresh_after_ns = int(min(refresh_after, max_age) * 1e9)
-        self._monotonic_ns = monotonic_ns
-        self._sleep = sleep
+        self._runtime = runtime
+        self._monotonic_ns = monotonic_ns or runtime.monotonic_ns
+        self._sleep = sleep or runtime.sleep
         self._name = name
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # never held across a call or a wait
         # (value_us, sent_ns, arrived_ns): the answer and the local times around its round trip.
         self._samples: deque[tuple[int, int, int]] = deque(maxlen=self._SAMPLES)
         self._refreshing = False
@@ -161,7 +161,7 @@ class Extrapolator:
             if start_refresh:
                 self._refreshing = True
         if start_refresh:
-            threading.Thread(target=self._refresh, name=self._name, daemon=True).start()
+            self._runtime.spawn(self._refresh, name=self._name)
         return fresh, start_refresh
 
     def now_us(self) -> int:
@@ -332,11 +332,12 @@ class TimeServiceClock:
         transport: httpx.BaseTransport | None = None,
         max_age: float = 1.0,
         refresh_after: float = 0.2,
+        runtime: Runtime = THREADS,
     ):
         self._replicas = _Replicas(urls, timeout)
         self.urls = self._replicas.urls
         self._client = httpx.Client(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
-        self._extrapolator = Extrapolator(self.fetch_us, max_age=max_age, refresh_after=refresh_after)
+        self._extrapolator = Extrapolator(self.fetch_us, max_age=max_age, refresh_after=refresh_after, runtime=runtime)
         self._ticket_floor = _Floor()
 
     def fetch_us(self) -> int:
@@ -418,17 +419,26 @@ class StoreClock:
         allow_shared: bool = False,
         max_age: float = 1.0,
         refresh_after: float = 0.2,
+        runtime: Runtime = THREADS,
     ) -> None:
         if store.spans_machines and not allow_shared:
             raise ConfigurationError(
                 f"global time straight from {store.url} would be unguarded against a skewed clock on any machine "
                 "sharing that store: set CHRONOLOCK_TIMESVC_URLS (or CHRONOLOCK_ALLOW_STORE_CLOCK=true to accept it)"
             )
-        replica = f"client-{os.getpid()}-{next(_store_clock_ids)}-{uuid.uuid4().hex[:6]}"
-        self._updater = GlobalTimeUpdater(store, replica_id=replica, max_skew=max_skew, guard=False)
+        replica = f"client-{runtime.pid()}-{next(_store_clock_ids)}-{runtime.token_hex(3)}"
+        self._updater = GlobalTimeUpdater(
+            store,
+            replica_id=replica,
+            max_skew=max_skew,
+            guard=False,
+            wall_us=runtime.wall_us,
+            monotonic_ns=runtime.monotonic_ns,
+            runtime=runtime,
+        )
         self._floor = _Floor()
         self._ticket_floor = _Floor()
-        self._extrapolator = Extrapolator(self.fetch_us, max_age=max_age, refresh_after=refresh_after)
+        self._extrapolator = Extrapolator(self.fetch_us, max_age=max_age, refresh_after=refresh_after, runtime=runtime)
 
     def fetch_us(self) -> int:
         try:

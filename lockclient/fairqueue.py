@@ -84,7 +84,6 @@ the holder first and its successor watches that cell like any other predecessor.
 from __future__ import annotations
 
 import enum
-import random
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -103,11 +102,11 @@ from lockclient.lease import (
     WaiterRecord,
     format_fence,
 )
-from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, this_host, ticket_time
+from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, ticket_time
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
 from lockclient.store.base import Delete, Op, Put, ReadRow, ReadVersioned
-from lockclient.wake import TAKEN, LocalListener, LocalWakeups, Watch
+from lockclient.wake import TAKEN, Listener, Taken, Watch
 from lockclient.watermark import PROPOSED
 
 __all__ = ["FairQueue"]
@@ -173,11 +172,11 @@ class FairQueue:
         — and, overlapping them, the first look (see the module's docstring). ``quiet``: this
         process took and released the lock last, uncontended — the grant is sent too."""
         store, lock_id = attempt.store, attempt.lock_id
-        owner = make_owner()
+        owner = make_owner(runtime=self.s.runtime)
         # The upper end of global time's interval: no smaller than any time another contender
         # could have seen before now (lockclient.clock, "Tickets are linearizable").
         now = take_ticket_time(self.s.clock)
-        waiter = WaiterLease(lock_id, owner, make_ticket(now, owner), self.s.lease, monotonic=self.s.monotonic)
+        waiter = WaiterLease(lock_id, owner, make_ticket(now, owner), self.s.lease, runtime=self.s.runtime)
         stamp = self.s.timestamps.next(now)
         start = self.s.watermarks.start(lock_id, waiter.ticket)
         looked_at = self.s.monotonic()
@@ -349,7 +348,8 @@ class FairQueue:
             last = progress
             attempt.check()
             settle()
-            woken = waiting.wait(watch, delay * random.uniform(0.5, 1.0), seen, local=owner_host(ahead) == this_host())
+            local = owner_host(ahead) == self.s.runtime.host()
+            woken = waiting.wait(watch, delay * self.s.runtime.uniform(0.5, 1.0), seen, local=local)
             handed_over = woken and handshake_done and next_after_holder
             if handed_over and holder is not None and ahead == _holder_owner(holder):
                 hand_over = _HandOver(row.get(FENCE_COLUMN), looked_at)
@@ -496,7 +496,7 @@ class _Waiting:
     def __init__(self, services: Services, attempt: Acquisition) -> None:
         self.s = services
         self.attempt = attempt
-        self.listener: LocalListener | None = None
+        self.listener: Listener | None = None
         self.taken = False
         """Another waiter on this machine watches what we watch: our look missed a queue cell
         between us and it (written while we looked), so we look again after our back-off
@@ -514,9 +514,9 @@ class _Waiting:
         if fresh:
             if self.listener is not None:
                 self.listener.close()
-            bound = LocalWakeups.listen(lock_id, watch)
+            bound = self.s.wakeups.listen(lock_id, watch)
             self.taken = bound is TAKEN
-            self.listener = bound if isinstance(bound, LocalListener) else None
+            self.listener = None if bound is None or isinstance(bound, Taken) else bound
             self.watching_since = self.s.monotonic()
         elif local and self.listener is not None:
             # Bound since our last look, and what we watch wakes us when it goes: polling is only

@@ -17,11 +17,10 @@ Example::
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 
 from lockclient.errors import ChronolockError, StoreUnavailable
+from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CellStore, VersionedTable
 
 __all__ = ["FencedResource", "StaleFencingToken"]
@@ -72,11 +71,12 @@ class FencedResource:
     from anyone who also omits it (the single-writer case).
     """
 
-    def __init__(self, store: CellStore, name: str) -> None:
+    def __init__(self, store: CellStore, name: str, *, runtime: Runtime = THREADS) -> None:
         if not name:
             raise ValueError("a fenced resource needs a name")
         self.store = store
         self.name = name
+        self._runtime = runtime
 
     def _row(self) -> dict[str, str]:
         return self.store.read_versioned(self.name, table=VersionedTable.FENCED)
@@ -99,18 +99,18 @@ class FencedResource:
             raise ValueError(f"{_MAX!r} is reserved")
         self._retrying(lambda: self._apply(token, holder, {key: value}), timeout)
 
-    @staticmethod
-    def _retrying(step: Callable[[], None], timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _retrying(self, step: Callable[[], None], timeout: float | None) -> None:
+        monotonic = self._runtime.monotonic
+        deadline = None if timeout is None else monotonic() + timeout
         pause = 0.05
         while True:
             try:
                 step()
                 return
             except StoreUnavailable:
-                if deadline is not None and time.monotonic() + pause >= deadline:
+                if deadline is not None and monotonic() + pause >= deadline:
                     raise
-                threading.Event().wait(pause)
+                self._runtime.sleep(pause)
                 pause = min(pause * 2, 1.0)
 
     def read(self, key: str) -> str | None:

@@ -53,13 +53,13 @@ publishes ``max(local, observed + elapsed)``.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from lockclient.errors import ClockError, StoreError
 from lockclient.logs import get_logger
+from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CellStore, Table
 
 __all__ = [
@@ -209,6 +209,7 @@ class GlobalTimeUpdater:
         guard: bool = True,
         wall_us: Callable[[], int] = wall_clock_us,
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
+        runtime: Runtime = THREADS,
     ) -> None:
         if not max_skew > 0:
             raise ValueError(f"max_skew must be positive, got {max_skew}")
@@ -227,7 +228,7 @@ class GlobalTimeUpdater:
         self._clock_ttl = max(60.0, 20 * stale_after)
         self._wall_us = wall_us
         self._monotonic_ns = monotonic_ns
-        self._lock = threading.Lock()
+        self._lock = runtime.lock()  # held across the store calls of one run
         # The last global value known to be persisted, and when (monotonic ns).
         self._observed_us: int | None = None
         self._observed_at_ns = 0

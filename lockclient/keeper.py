@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 from lockclient.lease import HeldLease, WaiterLease
 from lockclient.logs import get_logger
+from lockclient.runtime import THREADS, Event, Pool, Runtime, Task
 from lockclient.store import CellStore
 
 __all__ = ["Keeper"]
@@ -51,11 +49,12 @@ class _Task:
     what: str
     lock_id: str
     give_up_at: float | None
+    done: Event
+    """Set once it succeeded or was given up."""
     on_done: Callable[[bool], None] | None = None
     """Called once with True (it succeeded) or False (given up)."""
     pause: float = 0.05
     attempts: int = 0
-    done: threading.Event = field(default_factory=threading.Event)
 
 
 class Keeper:
@@ -67,23 +66,24 @@ class Keeper:
         next_timestamp: Callable[[], int],
         *,
         workers: int = 8,
-        monotonic: Callable[[], float] = time.monotonic,
+        runtime: Runtime = THREADS,
         name: str = "chronolock-keeper",
     ) -> None:
         self._store = store
         self._next_timestamp = next_timestamp
-        self._monotonic = monotonic
+        self._runtime = runtime
+        self._monotonic = runtime.monotonic
         self._name = name
         self._workers = workers
-        self._cond = threading.Condition()
+        self._cond = runtime.condition()
         self._heap: list[tuple[float, int, str, object]] = []
         self._seq = itertools.count()
         self._holders: set[HeldLease] = set()
         self._waiters: set[WaiterLease] = set()
         self._busy: set[object] = set()
         self._tasks: set[_Task] = set()
-        self._pool: ThreadPoolExecutor | None = None
-        self._thread: threading.Thread | None = None
+        self._pool: Pool | None = None
+        self._thread: Task | None = None
         self._closed = False
 
     # -- registration ----------------------------------------------------------------
@@ -120,13 +120,15 @@ class Keeper:
         lock_id: str,
         give_up_after: float | None = None,
         on_done: Callable[[bool], None] | None = None,
-    ) -> threading.Event:
+    ) -> Event:
         """Run ``run`` on a worker now, and again with back-off while it raises or returns
         False, for at most ``give_up_after`` seconds (None: until the keeper closes).
         Returns an event set when it succeeded or was given up; ``on_done(succeeded)``
         runs then (on a worker thread)."""
         now = self._monotonic()
-        task = _Task(run, what, lock_id, None if give_up_after is None else now + give_up_after, on_done)
+        task = _Task(
+            run, what, lock_id, None if give_up_after is None else now + give_up_after, self._runtime.event(), on_done
+        )
         with self._cond:
             if self._closed:
                 task.done.set()
@@ -157,8 +159,8 @@ class Keeper:
             self._cond.notify_all()
             pool, thread = self._pool, self._thread
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-        if thread is not None and thread is not threading.current_thread():
+            pool.shutdown()
+        if thread is not None and self._runtime.task_name() != self._name:
             thread.join(timeout=1.0)
 
     # -- scheduling ---------------------------------------------------------------------
@@ -171,9 +173,8 @@ class Keeper:
         """Caller holds the condition."""
         heapq.heappush(self._heap, (when, next(self._seq), kind, target))
         if self._thread is None:
-            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=f"{self._name}-worker")
-            self._thread = threading.Thread(target=self._dispatch_forever, name=self._name, daemon=True)
-            self._thread.start()
+            self._pool = self._runtime.pool(self._workers, name=f"{self._name}-worker")
+            self._thread = self._runtime.spawn(self._dispatch_forever, name=self._name)
         else:
             self._cond.notify()
 

@@ -46,14 +46,15 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from lockclient import metrics
 from lockclient.errors import StoreError
 from lockclient.logs import get_logger
+from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CasResult, CellStore, Table
 from lockclient.store.base import CompareAndSet
 
@@ -209,7 +210,7 @@ class HeldLease:
         *,
         renewed_at: float,
         max_hold: float | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        runtime: Runtime = THREADS,
     ) -> None:
         self.lock_id = lock_id
         self.owner = record.owner
@@ -217,7 +218,8 @@ class HeldLease:
         self.lease = record.lease
         self.token = record.token
         self.max_hold = max_hold
-        self.monotonic = monotonic
+        self.runtime = runtime
+        self.monotonic = runtime.monotonic
         self.record = record
         self.value = record.encode()
         self.renewed_at = renewed_at
@@ -244,8 +246,10 @@ class HeldLease:
         self.renew_failures = 0
         self.last_attempt_at = renewed_at
         self.renewing_stopped = False
-        self._mutex = threading.Lock()  # serializes store calls on this lease
-        self._state = threading.Lock()  # guards lost / callbacks (never held across a store call)
+        self._mutex = runtime.lock()  # serializes store calls on this lease (held across them)
+        # Guards lost / callbacks; never held across a store call or a wait, so a plain lock
+        # serves every runtime.
+        self._state = threading.Lock()
         self._callbacks: list[Callable[[str], None]] = []
 
     # -- validity --------------------------------------------------------------------
@@ -420,8 +424,8 @@ class HeldLease:
         metrics.LOCKS_LOST.inc()
         log.warning("lock_lost", lock_id=self.lock_id, owner=self.owner, reason=reason)
         for callback in callbacks:
-            # User code: each in its own thread, so none can stall renewals or expiry.
-            threading.Thread(target=self._run_callback, args=(callback, reason), daemon=True).start()
+            # User code: each in its own thread (task), so none can stall renewals or expiry.
+            self.runtime.spawn(partial(self._run_callback, callback, reason), name="chronolock-on-lost")
 
     def _run_callback(self, callback: Callable[[str], None], reason: str) -> None:
         try:
@@ -440,20 +444,20 @@ class WaiterLease:
         ticket: str,
         lease: float,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
+        runtime: Runtime = THREADS,
     ) -> None:
         self.lock_id = lock_id
         self.owner = owner
         self.ticket = ticket
         self.lease = lease
-        self.monotonic = monotonic
+        self.monotonic = monotonic = runtime.monotonic
         self.record = WaiterRecord(owner, 1, lease)
         self.renewed_at = monotonic()
         self.enqueued_at: float | None = None
         self.renew_failures = 0
         self.last_attempt_at = self.renewed_at
         self.ended = False
-        self._mutex = threading.Lock()
+        self._mutex = runtime.lock()
 
     @property
     def value(self) -> str:

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -53,9 +52,10 @@ from lockclient.lease import (
 )
 from lockclient.lockid import INDEX_SHARDS, index_shard, ticket_time, validate_lock_id
 from lockclient.logs import get_logger
+from lockclient.runtime import THREADS, Event, Runtime
 from lockclient.store import CellStore, Table
 from lockclient.store.counting import CountingStore, OpCounts
-from lockclient.wake import QUIET_HOLD_S, InProcessSignals, Waker, Watch
+from lockclient.wake import LOCAL_WAKEUPS, QUIET_HOLD_S, InProcessSignals, Waker, Wakeups, Watch
 from lockclient.watermark import Watermarks
 
 __all__ = [
@@ -136,8 +136,8 @@ class RemoteLock:
         """What the release cost (filled in by :meth:`release`)."""
         self.algorithm = algorithm
         self.released = False
-        self._release_lock = threading.Lock()
-        self._cleanup_done = threading.Event()
+        self._release_lock = threading.Lock()  # never held across a call: fine on every runtime
+        self._cleanup_done = locker.runtime.event()
 
     @property
     def thread_id(self) -> str:
@@ -255,6 +255,8 @@ class RemoteLocker:
         keeper_workers: int = 8,
         allow_store_clock: bool = False,
         clock_max_age: float = 1.0,
+        runtime: Runtime = THREADS,
+        wakeups: Wakeups = LOCAL_WAKEUPS,
     ) -> None:
         if not (lease > 0 and math.isfinite(lease)):
             raise ValueError(f"lease must be a positive number of seconds, got {lease}")
@@ -270,8 +272,11 @@ class RemoteLocker:
                 "leases and fencing tokens depend on it"
             )
         self.store = store
+        self.runtime = runtime
         self.clock: GlobalClock = (
-            clock if clock is not None else StoreClock(store, allow_shared=allow_store_clock, max_age=clock_max_age)
+            clock
+            if clock is not None
+            else StoreClock(store, allow_shared=allow_store_clock, max_age=clock_max_age, runtime=runtime)
         )
         self._owns_clock = clock is None
         self.lease = lease
@@ -284,13 +289,15 @@ class RemoteLocker:
             store=store,
             clock=self.clock,
             timestamps=timestamps,
-            keeper=Keeper(store, timestamps.next, workers=keeper_workers),
+            keeper=Keeper(store, timestamps.next, workers=keeper_workers, runtime=runtime),
             watermarks=Watermarks(),
-            signals=InProcessSignals(),
+            signals=InProcessSignals(runtime),
             waker=waker,
             lease=lease,
             poll_min=poll_min,
             poll_max=poll_max,
+            runtime=runtime,
+            wakeups=wakeups,
         )
         self._algorithm: Algorithm = (
             FairQueue(self._services)
@@ -341,7 +348,7 @@ class RemoteLocker:
         lock_id: str,
         timeout: float | None = None,
         *,
-        cancel: threading.Event | None = None,
+        cancel: Event | None = None,
         max_hold: float | None = None,
     ) -> RemoteLock:
         """Block until the lock is held (first come, first served) and return it.
@@ -353,7 +360,7 @@ class RemoteLocker:
         validate_lock_id(lock_id)
         _check_timeout(timeout)
         self._check_open()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self.runtime.monotonic() + timeout
         lock = self._acquire(lock_id, deadline, cancel, max_hold, blocking=True)
         assert lock is not None
         return lock
@@ -472,7 +479,7 @@ class RemoteLocker:
         self,
         lock_id: str,
         deadline: float | None,
-        cancel: threading.Event | None,
+        cancel: Event | None,
         max_hold: float | None,
         *,
         blocking: bool,
@@ -485,8 +492,9 @@ class RemoteLocker:
             cancel=cancel,
             max_hold=self.max_hold if max_hold is None else max_hold,
             blocking=blocking,
+            runtime=self.runtime,
         )
-        started = time.perf_counter()
+        started = self.runtime.monotonic()
         outcome = "error"
         try:
             lease = self._algorithm.acquire(attempt)
@@ -504,7 +512,7 @@ class RemoteLocker:
             outcome = "cancelled"
             raise
         finally:
-            metrics.ACQUIRE_SECONDS.labels(self.algorithm, outcome).observe(time.perf_counter() - started)
+            metrics.ACQUIRE_SECONDS.labels(self.algorithm, outcome).observe(self.runtime.monotonic() - started)
             metrics.STORE_OPS_PER_ACQUISITION.labels(self.algorithm, outcome).observe(counts.total)
 
     def _release(self, lock: RemoteLock) -> bool:

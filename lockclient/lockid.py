@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import secrets
-import socket
-import threading
 import unicodedata
 import zlib
 
 from lockclient.errors import InvalidLockId
+from lockclient.runtime import THREADS, Runtime
 
 __all__ = [
     "INDEX_SHARDS",
@@ -26,7 +23,6 @@ __all__ = [
 
 MAX_LOCK_ID_BYTES = 256
 TICKET_DIGITS = 20
-_HOST = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in socket.gethostname())[:40] or "host"
 
 INDEX_SHARDS = 64
 """Lock ids with live state are listed in INDEX rows "0".."63" for leasewatch's scan."""
@@ -87,15 +83,15 @@ def validate_lock_id(lock_id: object, *, legacy: bool = False) -> str:
     return lock_id
 
 
-def make_owner(task: str | None = None) -> str:
+def make_owner(task: str | None = None, *, runtime: Runtime = THREADS) -> str:
     """A fresh owner id, unique per acquisition attempt and readable: host, pid, thread (or task), random.
 
     Uniqueness per attempt matters: a write whose reply was lost is recognised as ours on
     re-read (the kazoo idiom), and a retried attempt never mistakes an old cell for its own.
     """
-    who = task or threading.current_thread().name
+    who = task or runtime.task_name()
     who = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in who)[:32]
-    return f"{_HOST}.{os.getpid()}.{who}.{secrets.token_hex(4)}"
+    return f"{runtime.host()}.{runtime.pid()}.{who}.{runtime.token_hex(4)}"
 
 
 def owner_host(owner: str) -> str:
@@ -103,8 +99,8 @@ def owner_host(owner: str) -> str:
     return owner.rsplit(".", 3)[0]
 
 
-def this_host() -> str:
-    return _HOST
+def this_host(runtime: Runtime = THREADS) -> str:
+    return runtime.host()
 
 
 def make_ticket(time_us: int, owner: str) -> str:

@@ -45,16 +45,20 @@ from urllib.parse import quote
 import httpx
 
 from lockclient.logs import get_logger
+from lockclient.runtime import THREADS, Event, Runtime
 
 __all__ = [
+    "LOCAL_WAKEUPS",
     "NOTICE_QUIET_S",
     "QUIET_HOLD_S",
     "TAKEN",
     "InProcessSignals",
     "LeasewatchWaker",
+    "Listener",
     "LocalWakeups",
     "Taken",
     "Waker",
+    "Wakeups",
     "Watch",
 ]
 
@@ -110,6 +114,37 @@ class Waker(Protocol):
         ...
 
 
+class Listener(Protocol):
+    """One waiter's wake-up: bound to the name of what it watches until closed."""
+
+    watch: Watch
+
+    def wait(self, timeout: float, cancel: Event | None = None) -> bool:
+        """True when woken, False after ``timeout`` (or once ``cancel`` is set)."""
+        ...
+
+    def wake(self) -> None:
+        """Wake this listener (a background long-poll that answered)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Wakeups(Protocol):
+    """Wake-ups between waiters on one machine (:class:`LocalWakeups` on Linux; the simulator
+    has its own): bind the name of what you watch, and announce what you removed."""
+
+    def listen(self, lock_id: str, watch: Watch) -> Listener | Taken | None:
+        """Bind the wake-up name of ``watch``; None if unavailable (then the caller polls);
+        :data:`TAKEN` if another waiter on this machine already watches it."""
+        ...
+
+    def announce(self, lock_id: str, *, gone: str | None = None, released: str | None = None) -> bool:
+        """Wake the waiters watching the queue cell ``gone`` and the holder ``released`` on this
+        machine. True if one of them was reached."""
+        ...
+
+
 class InProcessSignals:
     """A release wakes the other waiters of that lock id in this process.
 
@@ -119,8 +154,9 @@ class InProcessSignals:
 
     _PRUNE_AT = 4096
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
+    def __init__(self, runtime: Runtime = THREADS) -> None:
+        self._runtime = runtime
+        self._cond = runtime.condition()
         self._counter = itertools.count(1)
         self._generation: dict[str, int] = {}
         self._waiting: dict[str, int] = {}
@@ -137,16 +173,17 @@ class InProcessSignals:
                     del self._generation[key]
             self._cond.notify_all()
 
-    def wait(self, lock_id: str, seen: int, timeout: float, cancel: threading.Event | None) -> None:
+    def wait(self, lock_id: str, seen: int, timeout: float, cancel: Event | None) -> None:
         """Wait until the generation moves past ``seen``, ``cancel`` is set, or ``timeout``."""
-        deadline = time.monotonic() + timeout
+        monotonic = self._runtime.monotonic
+        deadline = monotonic() + timeout
         with self._cond:
             self._waiting[lock_id] = self._waiting.get(lock_id, 0) + 1
             try:
                 while self._generation.get(lock_id, 0) == seen:
                     if cancel is not None and cancel.is_set():
                         return
-                    remaining = deadline - time.monotonic()
+                    remaining = deadline - monotonic()
                     if remaining <= 0:
                         return
                     # Wake at least every 50 ms to notice `cancel` (an Event cannot notify us).
@@ -172,7 +209,7 @@ class LocalListener:
         self.name = name
         self.watch = watch
 
-    def wait(self, timeout: float, cancel: threading.Event | None = None) -> bool:
+    def wait(self, timeout: float, cancel: Event | None = None) -> bool:
         """True when woken, False after ``timeout`` (or once ``cancel`` is set)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -264,6 +301,10 @@ class LocalWakeups:
         if released is not None:
             reached |= LocalWakeups.send(_wake_name(lock_id, "holder", released))
         return reached
+
+
+LOCAL_WAKEUPS: Wakeups = LocalWakeups()
+"""The wake-ups of the threads runtime (abstract Unix datagram sockets)."""
 
 
 class LeasewatchWaker:
