@@ -404,8 +404,12 @@ class HeldLease:
     # -- lost signal ---------------------------------------------------------------------
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
+        # Expiry first, outside the state lock: checking it may fire the signal, which takes that
+        # lock itself (found by the simulator: asking `lost.is_set()` under it deadlocked a caller
+        # that registered a callback just after its lease ran out).
+        self.check_expiry()
         with self._state:
-            fire_now = self.lost.is_set() and not self.ended
+            fire_now = threading.Event.is_set(self.lost) and not self.ended
             if not fire_now:
                 self._callbacks.append(callback)
         if fire_now:

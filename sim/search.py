@@ -1,0 +1,239 @@
+"""Searching schedules: many seeds in parallel, a watchdog per seed, and shrinking a failure.
+
+A *seed* is a schedule: it chooses the deployment's variations (:func:`config_for_seed`), the
+fault schedule (:mod:`sim.nemesis`) and every interleaving and delay (:mod:`sim.world`). A seed
+that fails is *shrunk* (:func:`shrink`): its fault schedule is replayed with faults removed and
+shortened, as long as the run still fails, and the smallest failing schedule is printed as a
+replay (``SIM_SEED=<seed> SIM_REPLAY=<file> make sim``).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from sim.nemesis import FaultEvent
+from sim.scenario import Config, Simulation
+
+__all__ = ["Outcome", "Profile", "config_for_seed", "run_seed", "search", "shrink"]
+
+SEED_CPU_LIMIT_S = 120
+"""A seed that runs longer than this (CPU seconds) is a hang: a violation of its own."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a search explores: the base configuration and which parts a seed may vary."""
+
+    name: str = "mixed"
+    base: Config = field(default_factory=Config)
+    vary: bool = True
+
+
+PROFILES: dict[str, Profile] = {
+    "mixed": Profile("mixed"),
+    "quiet": Profile("quiet", Config(faults="none"), vary=True),
+    "clocks": Profile("clocks", Config(faults="clock,pause,crash", fault_rate=0.2)),
+    "unknown": Profile("unknown", Config(faults="lossy,cut", fault_rate=0.3)),
+    "processes": Profile("processes", Config(faults="pause,crash,cut", fault_rate=0.25)),
+}
+
+
+def config_for_seed(seed: int, profile: Profile) -> Config:
+    """The deployment a seed simulates: the profile's base, varied by the seed."""
+    base = profile.base
+    if not profile.vary:
+        return base
+    rng = random.Random(f"{seed}/config")
+    return replace(
+        base,
+        clients=rng.randint(2, 6),
+        workers=rng.randint(1, 3),
+        locks=rng.randint(1, 4),
+        hosts=rng.randint(1, 3),
+        timesvc=rng.choice((0, 1, 3, 3, 3, 5)),
+        leasewatch=rng.choice((1, 2, 2, 3)),
+        lease=rng.choice((2.0, 3.0, 5.0)),
+        grace=rng.choice((0.5, 1.0)),
+        hold=rng.choice((0.01, 0.2, 1.0)),
+        think=rng.choice((0.0, 0.1, 0.5)),
+    )
+
+
+@dataclass
+class Outcome:
+    """What one seed did (picklable: it crosses process boundaries)."""
+
+    seed: int
+    profile: str
+    digest: str
+    acquisitions: int
+    virtual_s: float
+    cpu_s: float
+    violations: list[str]
+    schedule: list[dict[str, Any]]
+
+
+class SimHang(Exception):
+    """A seed exceeded its CPU budget (an endless loop in the code under test, or a livelock)."""
+
+
+def run_seed(
+    seed: int,
+    profile: str = "mixed",
+    *,
+    schedule: list[dict[str, Any]] | None = None,
+    keep_history: bool = False,
+    duration: float | None = None,
+) -> tuple[Outcome, Simulation]:
+    """Run one seed (optionally with a given fault schedule instead of the drawn one)."""
+    config = config_for_seed(seed, PROFILES[profile])
+    if duration is not None:
+        config = replace(config, duration=duration)
+    sim = Simulation(seed, config, keep_history=keep_history)
+    if schedule is not None:
+        sim.nemesis.events = [FaultEvent(**event) for event in schedule]
+    started = time.process_time()
+    hung: list[str] = []
+
+    def hang(signum: int, frame: FrameType | None) -> None:
+        # Raised in whatever is running: a task (its wrapper ends it) or the hub; either way the
+        # world stops, and the hang is reported as a violation of its own.
+        sim.world.stopped = True
+        hung.append(f"[hang] seed {seed} ran for more than {SEED_CPU_LIMIT_S} s of CPU (a livelock or an endless loop)")
+        raise SimHang(hung[0])
+
+    signal.signal(signal.SIGVTALRM, hang)
+    signal.setitimer(signal.ITIMER_VIRTUAL, SEED_CPU_LIMIT_S)
+    violations: list[str] = []
+    try:
+        violations = sim.run().violations
+    except SimHang:
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+    violations = [*hung, *violations]
+    outcome = Outcome(
+        seed=seed,
+        profile=profile,
+        digest=sim.history.sha256(),
+        acquisitions=sim.stats.acquisitions,
+        virtual_s=sim.end / 1e9,
+        cpu_s=time.process_time() - started,
+        violations=violations,
+        schedule=[asdict(e) for e in sim.nemesis.events or []],
+    )
+    return outcome, sim
+
+
+def _worker(args: tuple[int, str]) -> Outcome:
+    return run_seed(*args)[0]
+
+
+def search(
+    seeds: Iterator[int],
+    *,
+    profile: str = "mixed",
+    jobs: int | None = None,
+    acquisitions: int | None = None,
+    max_seeds: int | None = None,
+    seconds: float | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Run seeds in parallel until ``acquisitions`` simulated acquisitions, ``max_seeds`` seeds or
+    ``seconds`` of wall time — whichever comes first."""
+    jobs = jobs or max(1, os.cpu_count() or 1)
+    outcomes: list[Outcome] = []
+    started = time.monotonic()
+    total = 0
+    submitted = [0]
+
+    def more() -> bool:
+        if max_seeds is not None and submitted[0] >= max_seeds:
+            return False
+        if acquisitions is not None and total >= acquisitions:
+            return False
+        return seconds is None or time.monotonic() - started < seconds
+
+    context = multiprocessing.get_context("spawn" if jobs > 1 else "fork")
+    if jobs == 1:
+        for seed in seeds:
+            if not more():
+                break
+            submitted[0] += 1
+            outcome = run_seed(seed, profile)[0]
+            outcomes.append(outcome)
+            total += outcome.acquisitions
+            if on_outcome:
+                on_outcome(outcome)
+        return outcomes
+    with context.Pool(jobs, initializer=_init_worker) as pool:
+        pending = []
+        iterator = iter(seeds)
+        while True:
+            while more() and len(pending) < 2 * jobs:
+                seed = next(iterator)
+                submitted[0] += 1
+                pending.append(pool.apply_async(_worker, ((seed, profile),)))
+            if not pending:
+                break
+            outcome = pending.pop(0).get()
+            outcomes.append(outcome)
+            total += outcome.acquisitions
+            if on_outcome:
+                on_outcome(outcome)
+        pool.terminate()
+    return outcomes
+
+
+def _init_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def shrink(outcome: Outcome, *, budget_s: float = 120.0) -> Outcome:
+    """A smaller fault schedule that still fails (delta debugging over the fault list, then
+    shortening each fault), within ``budget_s`` of wall time."""
+    deadline = time.monotonic() + budget_s
+    best = outcome
+    schedule = list(outcome.schedule)
+
+    def fails(candidate: list[dict[str, Any]]) -> Outcome | None:
+        result = run_seed(outcome.seed, outcome.profile, schedule=candidate)[0]
+        return result if result.violations else None
+
+    chunk = max(1, len(schedule) // 2)
+    while chunk >= 1 and time.monotonic() < deadline:
+        index, removed = 0, False
+        while index < len(schedule) and time.monotonic() < deadline:
+            candidate = schedule[:index] + schedule[index + chunk :]
+            found = fails(candidate)
+            if found is not None:
+                schedule, best, removed = candidate, found, True
+            else:
+                index += chunk
+        if not removed:
+            chunk //= 2
+    for i, event in enumerate(schedule):
+        if time.monotonic() >= deadline:
+            break
+        shorter = [*schedule[:i], {**event, "duration": round(event["duration"] / 2, 3)}, *schedule[i + 1 :]]
+        found = fails(shorter)
+        if found is not None:
+            schedule, best = shorter, found
+    return best
+
+
+def save_schedule(outcome: Outcome, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"seed-{outcome.seed}.json"
+    path.write_text(json.dumps({"seed": outcome.seed, "profile": outcome.profile, "schedule": outcome.schedule}, indent=1))
+    return path

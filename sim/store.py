@@ -1,0 +1,545 @@
+"""A simulated cell store with Cassandra's semantics, and the network between it and each process.
+
+:class:`SimCells` is the store's state, applied atomically at the virtual instant a request
+*arrives* (a linearizable model of QUORUM writes and reads, and of Paxos for the versioned
+tables): per-cell write timestamps, last-write-wins with Cassandra's tie rules, tombstones
+that hide older writes arriving later, TTLs counted from when the write applies, ordered row
+slices, and compare-and-set over cells of one row.
+
+:class:`SimStoreClient` is one process's :class:`~lockclient.store.CellStore`. Every call is a
+request that travels (a seeded delay, with a long tail), applies, and answers (another delay)
+— unless :class:`Network` decides otherwise:
+
+* the process is cut off from the store: requests never arrive, answers never come back;
+* an answer is lost after the request applied (the driver's client timeout: outcome unknown);
+* a compare-and-set answers "outcome unknown" (Cassandra's WriteTimeout of type CAS, or error
+  0x1700) having applied, or having not;
+* a request is refused before it applies (Unavailable).
+
+A plain write or read that fails raises :class:`~lockclient.errors.StoreUnavailable` (the
+adapter's translation); a compare-and-set whose outcome is unknown is settled by SERIAL
+re-reads, as the Cassandra adapter does (:meth:`SimStoreClient.compare_and_set`).
+
+It is a simulation, named so: it adds to the real-store tests (SQLite, Cassandra 1.2, a modern
+ring), it never replaces them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sortedcontainers import SortedDict
+
+from lockclient.errors import StoreError, StoreUnavailable
+from lockclient.store import CasResult, Cell, CellStore, Table, VersionedTable
+from lockclient.store.base import (
+    CompareAndSet,
+    Delete,
+    Get,
+    Op,
+    Outcome,
+    Pending,
+    Put,
+    ReadRow,
+    ReadVersioned,
+    check_cas_arguments,
+    check_updates_visible,
+    columns_of,
+    resolve_by_value,
+    validate_limit,
+)
+from sim.world import NS, Waiter
+
+if TYPE_CHECKING:
+    from sim.world import Process, World
+
+__all__ = ["Network", "SimCells", "SimStoreClient"]
+
+T = TypeVar("T")
+
+_LIVE, _TOMB = 0, 1
+
+
+@dataclass(slots=True)
+class _Stored:
+    value: str
+    timestamp: int
+    kind: int
+    expires: int | None  # virtual ns
+
+
+class SimCells:
+    """The store's state (see the module docstring). Every method applies atomically, now."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self._rows: dict[tuple[str, str], SortedDict] = {}
+        self._versioned: dict[tuple[str, str], dict[str, str]] = {}
+        self.applied_cas: list[tuple[int, str, str, dict[str, str | None], dict[str, str | None]]] = []
+        """Every compare-and-set that applied: (time, table, row, expected, updates) — the checkers'
+        linearization order of grants, renewals, releases and revocations."""
+        self.on_cas: Callable[[int, str, str, Mapping[str, str | None], Mapping[str, str | None]], None] | None = None
+        self.on_write: Callable[[int, str, str, str, str | None], None] | None = None
+
+    # -- last-write-wins ----------------------------------------------------------------------------
+
+    def _alive(self, stored: _Stored) -> bool:
+        return stored.kind == _LIVE and (stored.expires is None or stored.expires > self._world.now)
+
+    def _effective_kind(self, stored: _Stored) -> int:
+        # An expired TTL cell is a tombstone with the cell's timestamp (as in Cassandra).
+        return (
+            _TOMB
+            if stored.kind == _TOMB or (stored.expires is not None and stored.expires <= self._world.now)
+            else _LIVE
+        )
+
+    def _wins(self, new: _Stored, old: _Stored | None) -> bool:
+        if old is None:
+            return True
+        if new.timestamp != old.timestamp:
+            return new.timestamp > old.timestamp
+        old_kind, new_kind = self._effective_kind(old), new.kind
+        if old_kind == _TOMB:
+            return False  # a tombstone wins a tie against anything
+        if new_kind == _TOMB:
+            return True
+        return new.value > old.value
+
+    def _write(self, table: str, row: str, column: str, new: _Stored) -> None:
+        cells = self._rows.get((table, row))
+        if cells is None:
+            cells = self._rows[(table, row)] = SortedDict()
+        if self._wins(new, cells.get(column)):
+            cells[column] = new
+            if self.on_write is not None:
+                self.on_write(self._world.now, table, row, column, new.value if new.kind == _LIVE else None)
+
+    def put(self, table: str, row: str, column: str, value: str, timestamp: int, ttl: float | None) -> None:
+        expires = None if ttl is None else self._world.now + int(ttl * NS)
+        self._write(table, row, column, _Stored(value, timestamp, _LIVE, expires))
+
+    def delete(self, table: str, row: str, column: str, timestamp: int) -> None:
+        self._write(table, row, column, _Stored("", timestamp, _TOMB, None))
+
+    def get(self, table: str, row: str, column: str) -> Cell | None:
+        cells = self._rows.get((table, row))
+        stored = None if cells is None else cells.get(column)
+        if stored is None or not self._alive(stored):
+            return None
+        return Cell(column, stored.value, stored.timestamp)
+
+    def read_row(
+        self, table: str, row: str, start: str, limit: int | None, end: str | None, reverse: bool
+    ) -> list[Cell]:
+        cells = self._rows.get((table, row))
+        if not cells:
+            return []
+        out: list[Cell] = []
+        lo = start or None
+        for column in cells.irange(minimum=lo, maximum=end, reverse=reverse):
+            if reverse and start and column < start:
+                break
+            stored = cells[column]
+            if self._alive(stored):
+                out.append(Cell(column, stored.value, stored.timestamp))
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
+    # -- versioned (compare-and-set) -----------------------------------------------------------------
+
+    def read_versioned(self, table: str, row: str) -> dict[str, str]:
+        return dict(self._versioned.get((table, row), {}))
+
+    def compare_and_set(
+        self, table: str, row: str, expected: Mapping[str, str | None], updates: Mapping[str, str | None]
+    ) -> CasResult:
+        current = self._versioned.get((table, row), {})
+        columns = columns_of(expected, updates)
+        if any(current.get(column) != want for column, want in expected.items()):
+            return CasResult(applied=False, current={c: current.get(c) for c in columns})
+        stored = self._versioned.setdefault((table, row), {})
+        for column, value in updates.items():
+            if value is None:
+                stored.pop(column, None)
+            else:
+                stored[column] = value
+        if not stored:
+            del self._versioned[(table, row)]
+        self.applied_cas.append((self._world.now, table, row, dict(expected), dict(updates)))
+        if self.on_cas is not None:
+            self.on_cas(self._world.now, table, row, expected, updates)
+        return CasResult(applied=True, current={**expected, **updates})
+
+
+class Network:
+    """Delays and faults between processes and the store. All choices are seeded."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.rng = world.rng
+        self.cut: dict[str, int] = {}
+        """Process name -> virtual time until which it is cut off from the store."""
+        self.lose_reply = 0.0
+        """Probability that an answer is lost after its request applied."""
+        self.cas_unknown = 0.0
+        """Probability that a compare-and-set answers "outcome unknown" (applied or not)."""
+        self.refuse = 0.0
+        """Probability that a request is refused before it applies (Unavailable)."""
+        self.slow = 0.0
+        """Probability that one leg of a request takes 50–1500 ms (a GC pause, a slow replica)."""
+        self.client_timeout = 2.0
+        """The driver's request timeout (seconds, on the client's clock)."""
+
+    def delay(self) -> int:
+        rng = self.rng
+        if self.slow and rng.random() < self.slow:
+            return rng.randint(50_000_000, 1_500_000_000)
+        return rng.randint(100_000, 3_000_000)  # 0.1–3 ms
+
+    def is_cut(self, process: Process) -> bool:
+        return self.cut.get(process.name, -1) > self.world.now
+
+
+class _Unknown(StoreUnavailable):
+    """A compare-and-set answered "outcome unknown" (WriteTimeout of type CAS, error 0x1700)."""
+
+
+class _Call:
+    """One request in flight; :meth:`result` waits for its answer."""
+
+    __slots__ = ("_done", "_error", "_result", "_waiter")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._waiter: Waiter | None = None
+
+    def answer(self, result: Any = None, error: BaseException | None = None) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._result, self._error = result, error
+        if self._waiter is not None:
+            self._waiter.fire(True)
+
+    def result(self, process: Process, timeout: float) -> Any:
+        if not self._done:
+            self._waiter = Waiter(process.world)
+            self._waiter.wait(process.real_delay_ns(timeout), False)
+            if not self._done:
+                self._done = True
+                raise StoreUnavailable(f"simulated client timeout after {timeout:g} s (outcome unknown)")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class SimStoreClient(CellStore):
+    """One process's view of :class:`SimCells` through :class:`Network` (a simulation)."""
+
+    spans_machines = True
+    batches_compare_and_set = True
+
+    def __init__(self, cells: SimCells, network: Network, process: Process, *, resolve_for: float = 4.0) -> None:
+        self._cells = cells
+        self._net = network
+        self._process = process
+        self._resolve_for = resolve_for
+        self.requests = 0
+
+    @property
+    def url(self) -> str:
+        return "sim://cells"
+
+    # -- the wire -----------------------------------------------------------------------------------
+
+    def _send(self, apply: Callable[[], Any], *, cas: bool = False) -> _Call:
+        net, world, process = self._net, self._process.world, self._process
+        self.requests += 1
+        call = _Call()
+        if net.is_cut(process):
+            return call  # never arrives; the client times out
+        rng = net.rng
+        there, back = net.delay(), net.delay()
+        if net.refuse and rng.random() < net.refuse:
+            world.after(there + back, lambda: call.answer(error=StoreUnavailable("simulated Unavailable")))
+            return call
+        unknown = cas and net.cas_unknown and rng.random() < net.cas_unknown
+        unknown_applies = unknown and rng.random() < 0.5
+        lost = net.lose_reply and rng.random() < net.lose_reply
+
+        def arrive() -> None:
+            if unknown and not unknown_applies:
+                result: Any = None
+            else:
+                try:
+                    result = apply()
+                except StoreError as exc:
+                    failure = exc
+                    world.after(back, lambda: call.answer(error=failure))
+                    return
+            if lost:
+                return  # applied; the answer never comes back
+            if unknown:
+                world.after(back, lambda: call.answer(error=_Unknown("simulated CAS outcome unknown")))
+                return
+
+            def reply() -> None:
+                if not net.is_cut(process):
+                    call.answer(result)
+
+            world.after(back, reply)
+
+        world.after(there, arrive)
+        return call
+
+    def _rpc(self, apply: Callable[[], T], *, cas: bool = False) -> T:
+        result: T = self._send(apply, cas=cas).result(self._process, self._net.client_timeout)
+        return result
+
+    # -- last-write-wins tables ---------------------------------------------------------------------
+
+    def put(self, table: Table, row: str, column: str, value: str, *, timestamp: int, ttl: float | None = None) -> None:
+        self._rpc(lambda: self._cells.put(table.value, row, column, value, timestamp, ttl))
+
+    def put_cells(
+        self, table: Table, row: str, cells: Mapping[str, str], *, timestamp: int, ttl: float | None = None
+    ) -> None:
+        items = dict(cells)
+
+        def apply() -> None:
+            for column, value in items.items():
+                self._cells.put(table.value, row, column, value, timestamp, ttl)
+
+        self._rpc(apply)
+
+    def delete(self, table: Table, row: str, column: str, *, timestamp: int) -> None:
+        self._rpc(lambda: self._cells.delete(table.value, row, column, timestamp))
+
+    def get(self, table: Table, row: str, column: str) -> Cell | None:
+        return self._rpc(lambda: self._cells.get(table.value, row, column))
+
+    def read_row(
+        self,
+        table: Table,
+        row: str,
+        *,
+        start: str = "",
+        limit: int | None = None,
+        end: str | None = None,
+        reverse: bool = False,
+    ) -> list[Cell]:
+        validate_limit(limit)
+        return self._rpc(lambda: self._cells.read_row(table.value, row, start, limit, end, reverse))
+
+    def read_rows_many(
+        self,
+        table: Table,
+        rows: Iterable[str],
+        starts: Mapping[str, str] | None = None,
+        *,
+        newer_than: int | None = None,
+    ) -> dict[str, list[Cell]]:
+        bounds = dict(starts or {})
+        wanted = list(dict.fromkeys(rows))
+        calls = [
+            (row, self._send(lambda r=row: self._cells.read_row(table.value, r, bounds.get(r, ""), None, None, False)))
+            for row in wanted
+        ]
+        out: dict[str, list[Cell]] = {}
+        for row, call in calls:
+            cells = [
+                c
+                for c in call.result(self._process, self._net.client_timeout)
+                if newer_than is None or c.timestamp > newer_than
+            ]
+            if cells:
+                out[row] = cells
+        return out
+
+    # -- versioned tables ---------------------------------------------------------------------------
+
+    def read_versioned(
+        self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
+    ) -> dict[str, str]:
+        give_up_at = self._process.monotonic_ns() + int(self._resolve_for * NS)
+        pause = 0.01
+        while True:
+            try:
+                return self._rpc(lambda: self._cells.read_versioned(table.value, row), cas=serial)
+            except StoreUnavailable:
+                # A SERIAL read is a Paxos round: it can time out like a write; reading again is safe.
+                if not serial or self._process.monotonic_ns() + int(pause * NS) >= give_up_at:
+                    raise
+                self._process.runtime.sleep(pause)
+                pause = min(pause * 2, 0.5)
+
+    def read_versioned_many(
+        self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
+    ) -> dict[str, dict[str, str]]:
+        wanted = list(dict.fromkeys(rows))
+        if serial:
+            return {row: cells for row in wanted if (cells := self.read_versioned(row, table=table, serial=True))}
+        calls = [(row, self._send(lambda r=row: self._cells.read_versioned(table.value, r))) for row in wanted]
+        out: dict[str, dict[str, str]] = {}
+        for row, call in calls:
+            cells = call.result(self._process, self._net.client_timeout)
+            if cells:
+                out[row] = cells
+        return out
+
+    def compare_and_set(
+        self,
+        row: str,
+        expected: Mapping[str, str | None],
+        updates: Mapping[str, str | None],
+        *,
+        table: VersionedTable = VersionedTable.LEASE,
+    ) -> CasResult:
+        """The Cassandra adapter's compare-and-set, over the simulated wire: an unknown outcome is
+        settled by SERIAL re-reads within ``resolve_for`` (lockclient.store.cassandra)."""
+        check_cas_arguments(expected, updates)
+        expected, updates = dict(expected), dict(updates)
+        columns = columns_of(expected, updates)
+        process = self._process
+        give_up_at = process.monotonic_ns() + int(self._resolve_for * NS)
+        pause = 0.01
+        while True:
+            try:
+                result = self._rpc(lambda: self._cells.compare_and_set(table.value, row, expected, updates), cas=True)
+            except StoreUnavailable as exc:
+                outcome, current = self._resolve_unknown(row, table, columns, expected, updates, exc, give_up_at)
+                if outcome is Outcome.APPLIED:
+                    return CasResult(applied=True, current={**expected, **updates})
+                if outcome is Outcome.CHANGED:
+                    return CasResult(applied=False, current=current, uncertain=True)
+                if process.monotonic_ns() + int(pause * NS) >= give_up_at:
+                    raise StoreUnavailable(
+                        f"compare-and-set on {row!r}: did not apply within {self._resolve_for:g} s ({exc})"
+                    ) from exc
+                process.runtime.sleep(pause)
+                pause = min(pause * 2, 0.5)
+                continue
+            if not result.applied and check_updates_visible(updates, result.current):
+                return CasResult(applied=True, current=result.current)
+            return result
+
+    def _resolve_unknown(
+        self,
+        row: str,
+        table: VersionedTable,
+        columns: Sequence[str],
+        expected: Mapping[str, str | None],
+        updates: Mapping[str, str | None],
+        cause: StoreUnavailable,
+        give_up_at: int,
+    ) -> tuple[Outcome, dict[str, str | None]]:
+        pause = 0.01
+        process = self._process
+        while True:
+            try:
+                now = self.read_versioned(row, table=table)
+            except StoreUnavailable as exc:
+                if process.monotonic_ns() + int(pause * NS) >= give_up_at:
+                    raise StoreUnavailable(
+                        f"compare-and-set on {row!r}: outcome unknown ({cause}) and the SERIAL re-read failed: {exc}"
+                    ) from exc
+                process.runtime.sleep(pause)
+                pause = min(pause * 2, 0.5)
+                continue
+            current = {c: now.get(c) for c in columns}
+            return resolve_by_value(expected, updates, current), current
+
+    # -- concurrency ---------------------------------------------------------------------------------
+
+    def begin(self, ops: Sequence[Op]) -> Pending:
+        """Every plain operation sent at once (each travels on its own); compare-and-sets and
+        SERIAL reads go through their own resolution when waited for."""
+        started: list[tuple[Op, _Call | None]] = []
+        for op in ops:
+            apply = self._plain(op)
+            started.append((op, None if apply is None else self._send(apply)))
+
+        def finish() -> list[Any]:
+            results: list[Any] = []
+            error: BaseException | None = None
+            for op, call in started:
+                try:
+                    if call is None:
+                        results.append(_perform(self, op))
+                    else:
+                        results.append(call.result(self._process, self._net.client_timeout))
+                except StoreError as exc:
+                    error = error or exc
+                    results.append(None)
+            if error is not None:
+                raise error
+            return results
+
+        return Pending(finish)
+
+    def _plain(self, op: Op) -> Callable[[], Any] | None:
+        cells = self._cells
+        match op:
+            case Put():
+                return lambda: cells.put(op.table.value, op.row, op.column, op.value, op.timestamp, op.ttl)
+            case Delete():
+                return lambda: cells.delete(op.table.value, op.row, op.column, op.timestamp)
+            case Get():
+                return lambda: cells.get(op.table.value, op.row, op.column)
+            case ReadRow():
+                validate_limit(op.limit)
+                return lambda: cells.read_row(op.table.value, op.row, op.start, op.limit, op.end, op.reverse)
+            case ReadVersioned() if not op.serial:
+                return lambda: cells.read_versioned(op.table.value, op.row)
+        return None
+
+    def run_concurrently(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        if len(calls) <= 1:
+            return [call() for call in calls]
+        process = self._process
+        results: list[Any] = [None] * len(calls)
+        errors: list[BaseException | None] = [None] * len(calls)
+        done = process.runtime.event()
+        left = [len(calls)]
+
+        def run(index: int, call: Callable[[], T]) -> None:
+            try:
+                results[index] = call()
+            except BaseException as exc:
+                errors[index] = exc
+            finally:
+                left[0] -= 1
+                if not left[0]:
+                    done.set()
+
+        for index, call in enumerate(calls):
+            process.spawn(lambda i=index, c=call: run(i, c), "store-concurrent")
+        done.wait()
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        return results
+
+    def compare_and_set_many(self, ops: Sequence[CompareAndSet]) -> Any:
+        results: list[tuple[int, CasResult | StoreError]] = []
+        for index, op in enumerate(ops):
+            try:
+                results.append((index, self.compare_and_set(op.row, op.expected, op.updates, table=op.table)))
+            except StoreError as exc:
+                results.append((index, exc))
+        return iter(results)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _perform(store: CellStore, op: Op) -> Any:
+    from lockclient.store.base import perform
+
+    return perform(store, op)
