@@ -102,6 +102,14 @@ class Acquisition:
     max_hold: float | None
     blocking: bool
     runtime: Runtime = THREADS
+    """The caller's runtime: every wait of this acquisition (threads for ``get_lock``, the event
+    loop for ``aget_lock``, virtual time in the simulator)."""
+    wakeups: Wakeups | None = None
+    """Wake-ups as this acquisition's runtime waits for them (None: the locker's)."""
+
+    def io(self, fn: Callable[[], T]) -> T:
+        """A call that may block on I/O the runtime cannot wait for by itself (the clock's HTTP)."""
+        return self.runtime.call_blocking(fn)
 
     def check(self) -> None:
         """Raise if the caller gave up (cancel) or ran out of time."""
@@ -225,7 +233,7 @@ def _settle(
                 log.warning("grant_outcome_unknown", lock_id=attempt.lock_id, error=str(exc), cause=str(cause))
                 attempt.check()
                 raise StoreUnavailable(f"the grant's outcome stayed unknown: {exc}") from exc
-            services.runtime.sleep(pause)
+            attempt.runtime.sleep(pause)
             pause = min(pause * 2, 1.0)
             continue
         holder = row.get(HOLDER_COLUMN)

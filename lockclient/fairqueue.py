@@ -175,7 +175,7 @@ class FairQueue:
         owner = make_owner(runtime=self.s.runtime)
         # The upper end of global time's interval: no smaller than any time another contender
         # could have seen before now (lockclient.clock, "Tickets are linearizable").
-        now = take_ticket_time(self.s.clock)
+        now = attempt.io(lambda: take_ticket_time(self.s.clock))
         waiter = WaiterLease(lock_id, owner, make_ticket(now, owner), self.s.lease, runtime=self.s.runtime)
         stamp = self.s.timestamps.next(now)
         start = self.s.watermarks.start(lock_id, waiter.ticket)
@@ -266,8 +266,8 @@ class FairQueue:
             # acquisition 2 ms of its 2.3; issue 9).
             nonlocal unsettled
             if unsettled is not None:
-                settle_ticket_time(self.s.clock, unsettled)
-                unsettled = None
+                value, unsettled = unsettled, None
+                attempt.io(lambda: settle_ticket_time(self.s.clock, value))
 
         while True:
             seen = self.s.signals.generation(lock_id)
@@ -514,7 +514,7 @@ class _Waiting:
         if fresh:
             if self.listener is not None:
                 self.listener.close()
-            bound = self.s.wakeups.listen(lock_id, watch)
+            bound = (attempt.wakeups or self.s.wakeups).listen(lock_id, watch)
             self.taken = bound is TAKEN
             self.listener = None if bound is None or isinstance(bound, Taken) else bound
             self.watching_since = self.s.monotonic()
@@ -538,13 +538,15 @@ class _Waiting:
             if listener is not None and cap > 0:
                 if waker.watch_in_background(lock_id, watch, cap, listener.wake):
                     backoff = max(backoff, cap)
-            elif cap > 0 and waker.wait_for_change(lock_id, watch, cap if attempt.cancel is None else 0.5):
+            elif cap > 0 and attempt.io(
+                lambda: waker.wait_for_change(lock_id, watch, cap if attempt.cancel is None else 0.5)
+            ):
                 return True
         if remaining is not None:
             backoff = min(backoff, remaining)
         if self.listener is not None:
             return self.listener.wait(backoff, attempt.cancel)
-        self.s.signals.wait(lock_id, seen, backoff, attempt.cancel)
+        self.s.signals.wait(lock_id, seen, backoff, attempt.cancel, runtime=attempt.runtime)
         return False
 
     def close(self) -> None:

@@ -461,7 +461,8 @@ class WaiterLease:
         self.renew_failures = 0
         self.last_attempt_at = self.renewed_at
         self.ended = False
-        self._mutex = runtime.lock()
+        self._mutex = runtime.lock()  # serializes renewals (held across the store call)
+        self._state = threading.Lock()  # never held across a call: see renew()
 
     @property
     def value(self) -> str:
@@ -480,12 +481,18 @@ class WaiterLease:
 
     def renew(self, store: CellStore, timestamp: Callable[[], int]) -> None:
         with self._mutex:
-            if self.ended:
-                return
-            started = self.last_attempt_at = self.monotonic()
-            record = replace(self.record, version=self.record.version + 1)
+            with self._state:
+                # The timestamp is taken under the state lock that end() takes: a renewal that
+                # starts after end() writes nothing, and one that started before has a smaller
+                # timestamp than the withdrawal's delete (taken after end()), so it can never
+                # bring the cell back — and end() never waits for a store call.
+                if self.ended:
+                    return
+                started = self.last_attempt_at = self.monotonic()
+                record = replace(self.record, version=self.record.version + 1)
+                stamp = timestamp()
             try:
-                store.put(Table.QUEUE, self.lock_id, self.ticket, record.encode(), timestamp=timestamp())
+                store.put(Table.QUEUE, self.lock_id, self.ticket, record.encode(), timestamp=stamp)
             except StoreError as exc:
                 self.renew_failures += 1
                 log.warning("waiter_renewal_failed", lock_id=self.lock_id, owner=self.owner, error=str(exc))
@@ -493,6 +500,7 @@ class WaiterLease:
             self.record, self.renewed_at, self.renew_failures = record, started, 0
 
     def end(self) -> None:
-        """Stop renewing (the caller deletes the cell, or it became the holder's)."""
-        with self._mutex:
+        """Stop renewing (the caller deletes the cell, or it became the holder's). Never waits
+        for a renewal in flight (see :meth:`renew`)."""
+        with self._state:
             self.ended = True

@@ -53,6 +53,7 @@ from lockclient.lease import (
 from lockclient.lockid import INDEX_SHARDS, index_shard, ticket_time, validate_lock_id
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Event, Runtime
+from lockclient.runtime.aio import AioWakeups, AsyncioRuntime, BlockingStore, run_in_greenlet
 from lockclient.store import CellStore, Table
 from lockclient.store.counting import CountingStore, OpCounts
 from lockclient.wake import LOCAL_WAKEUPS, QUIET_HOLD_S, InProcessSignals, Waker, Wakeups, Watch
@@ -213,7 +214,9 @@ class RemoteLock:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        held = await asyncio.to_thread(self.release)
+        # On the runtime's own executor, never the loop's default one: a release must not queue
+        # behind an application's to_thread work (nor stall the loop while a renewal holds the lease).
+        held = await AsyncioRuntime.current().run_blocking(self.release)
         if not held and exc_type is None:
             raise LockLost(f"the lock was lost while held: {self.lost_reason}", lock_id=self.lock_id)
 
@@ -381,45 +384,58 @@ class RemoteLocker:
         *,
         max_hold: float | None = None,
     ) -> RemoteLock:
-        """asyncio twin of :meth:`get_lock`. Cancelling the awaiting task cancels the
-        acquisition and cleans up — however many times it is cancelled, and even if the
-        lock was granted just then (an acquisition nobody awaits any more is released).
-        Ownership is the returned object, never the thread."""
+        """asyncio twin of :meth:`get_lock`, on the event loop (:mod:`lockclient.runtime.aio`): no
+        thread per waiter. Cancelling the awaiting task cancels the acquisition and cleans up —
+        however many times it is cancelled, and even if the lock was granted just then (an
+        acquisition nobody awaits any more is released). Ownership is the returned object, never
+        the thread or the task."""
         validate_lock_id(lock_id)
         _check_timeout(timeout)
-        cancel = threading.Event()
-        abandoned = threading.Event()
+        self._check_open()
+        lock = await self._aacquire(lock_id, timeout, max_hold, blocking=True)
+        assert lock is not None
+        return lock
 
-        def work() -> RemoteLock:
-            lock = self.get_lock(lock_id, timeout, cancel=cancel, max_hold=max_hold)
-            if abandoned.is_set():
-                lock.release()
-                raise LockCancelled("get_lock was cancelled", lock_id=lock_id)
-            return lock
+    async def atry_get_lock(self, lock_id: str, *, max_hold: float | None = None) -> RemoteLock | None:
+        """asyncio twin of :meth:`try_get_lock`."""
+        validate_lock_id(lock_id)
+        self._check_open()
+        return await self._aacquire(lock_id, None, max_hold, blocking=False)
 
-        def release_if_abandoned(task: asyncio.Future[RemoteLock]) -> None:
-            if abandoned.is_set() and not task.cancelled() and task.exception() is None:
-                # Granted, but the caller is gone: nobody else will ever release it.
-                threading.Thread(target=task.result().release, name="chronolock-abandoned", daemon=True).start()
+    async def _aacquire(
+        self, lock_id: str, timeout: float | None, max_hold: float | None, *, blocking: bool
+    ) -> RemoteLock | None:
+        runtime = AsyncioRuntime.current()
+        cancel = runtime.event()
+        abandoned = False
+        deadline = None if timeout is None else runtime.monotonic() + timeout
 
-        task = asyncio.ensure_future(asyncio.to_thread(work))
+        def acquire() -> RemoteLock | None:
+            return self._acquire(lock_id, deadline, cancel, max_hold, blocking=blocking, runtime=runtime)
+
+        def release_if_abandoned(task: asyncio.Future[RemoteLock | None]) -> None:
+            if abandoned and not task.cancelled() and task.exception() is None:
+                lock = task.result()
+                if lock is not None:
+                    # Granted, but the caller is gone: nobody else will ever release it.
+                    runtime.executor.submit(lock.release)
+
+        # The acquisition runs as a task of its own, shielded from the caller's cancellation: it
+        # learns of it through `cancel`, and cleans up (withdraws its queue cell) by itself.
+        task = asyncio.ensure_future(run_in_greenlet(acquire, on_cancel=cancel.set))
         task.add_done_callback(release_if_abandoned)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            # No await may stand between here and `abandoned.set()`: a second cancellation
-            # landing on it would leave a granted lock renewed forever (the old bug).
+            # No await may stand between here and `abandoned = True`: a second cancellation
+            # landing on it would leave a granted lock renewed forever.
             cancel.set()
-            abandoned.set()
+            abandoned = True
             if task.done():
                 release_if_abandoned(task)
-            with contextlib.suppress(BaseException):  # cancelled again, or the worker's LockCancelled
-                await asyncio.shield(task)  # let the worker finish its clean-up, if we may wait
+            with contextlib.suppress(BaseException):  # cancelled again, or the acquisition's LockCancelled
+                await asyncio.shield(task)  # let the acquisition finish its clean-up, if we may wait
             raise
-
-    async def atry_get_lock(self, lock_id: str, *, max_hold: float | None = None) -> RemoteLock | None:
-        """asyncio twin of :meth:`try_get_lock`."""
-        return await asyncio.to_thread(self.try_get_lock, lock_id, max_hold=max_hold)
 
     def status(self, lock_id: str) -> LockStatus:
         """Holder, fencing token, queue in order and leases of one lock (linearizable lease row)."""
@@ -483,16 +499,24 @@ class RemoteLocker:
         max_hold: float | None,
         *,
         blocking: bool,
+        runtime: Runtime | None = None,
     ) -> RemoteLock | None:
+        """``runtime``: the caller's, when it is not the locker's own (``aget_lock``'s event loop)."""
         counts = OpCounts()
+        store: CellStore = self.store
+        wakeups: Wakeups | None = None
+        if isinstance(runtime, AsyncioRuntime):
+            store = BlockingStore(store, runtime)
+            wakeups = AioWakeups(self._services.wakeups, runtime)
         attempt = Acquisition(
             lock_id=lock_id,
-            store=CountingStore(self.store, counts),
+            store=CountingStore(store, counts),
             deadline=deadline,
             cancel=cancel,
             max_hold=self.max_hold if max_hold is None else max_hold,
             blocking=blocking,
-            runtime=self.runtime,
+            runtime=runtime or self.runtime,
+            wakeups=wakeups,
         )
         started = self.runtime.monotonic()
         outcome = "error"

@@ -173,8 +173,21 @@ class InProcessSignals:
                     del self._generation[key]
             self._cond.notify_all()
 
-    def wait(self, lock_id: str, seen: int, timeout: float, cancel: Event | None) -> None:
-        """Wait until the generation moves past ``seen``, ``cancel`` is set, or ``timeout``."""
+    def wait(
+        self, lock_id: str, seen: int, timeout: float, cancel: Event | None, *, runtime: Runtime | None = None
+    ) -> None:
+        """Wait until the generation moves past ``seen``, ``cancel`` is set, or ``timeout``.
+        From another ``runtime`` than these signals' own (an ``aget_lock`` on the event loop),
+        the generation is polled every 20 ms: a notify cannot wake a wait of another runtime,
+        and the wait is only a hint anyway (the caller reads the store next)."""
+        if runtime is not None and runtime is not self._runtime:
+            deadline = runtime.monotonic() + timeout
+            while self.generation(lock_id) == seen and not (cancel is not None and cancel.is_set()):
+                remaining = deadline - runtime.monotonic()
+                if remaining <= 0:
+                    return
+                runtime.sleep(min(remaining, 0.02))
+            return
         monotonic = self._runtime.monotonic
         deadline = monotonic() + timeout
         with self._cond:
@@ -232,6 +245,20 @@ class LocalListener:
         with contextlib.suppress(OSError):
             while True:
                 self._sock.recv(16)
+
+    def fileno(self) -> int:
+        """The socket, for an event loop to wait on (:mod:`lockclient.runtime.aio`)."""
+        return self._sock.fileno()
+
+    def drain(self) -> bool:
+        """Consume every wake-up already received (non-blocking); True if there was one."""
+        self._sock.setblocking(False)
+        got = False
+        with contextlib.suppress(OSError):
+            while True:
+                self._sock.recv(16)
+                got = True
+        return got
 
     def wake(self) -> None:
         """Wake this listener (from another thread: a background long-poll that answered)."""

@@ -10,8 +10,9 @@ is due — not from samples, and never with a tolerance for the machine's load:
   lock id still sees ``held == True`` (not released, ``lost`` not set, and its own monotonic clock
   before its ``valid_until``) — a paused process included: its clock runs on while it is paused.
 * **FIFO**, as the README states it — a grant's deciding look (``RemoteLock.looked_at``) sees every
-  queue cell written before it started, so no contender whose cell was written before that look
-  started, and who was later granted with that same ticket, is overtaken by a later ticket.
+  queue cell written before it started, so no contender whose cell was live when that look started
+  (written before it, not yet withdrawn or revoked), and who was later granted with that same
+  ticket, is overtaken by a later ticket.
 * **lost** — ``lost`` fires only for a revocation, an expiry or ``max_hold``: never for a lock whose
   ``release()`` answered that it held it until then.
 * **global time** — every ``/now`` answer is ≥ every answer that completed before it was asked
@@ -78,6 +79,7 @@ class Checkers:
         self._grants: dict[str, list[_Grant]] = {}
         self._granted_owner: dict[str, _Grant] = {}
         self._cell_written: dict[tuple[str, str], int] = {}
+        self._cell_deleted: dict[tuple[str, str], int] = {}
         self._holding: dict[str, list[HolderState]] = {}
         self._states: dict[str, HolderState] = {}
         self._pending: dict[int, tuple[Process, str, int, bool]] = {}
@@ -106,6 +108,8 @@ class Checkers:
         key = (row, column)
         if value is not None:
             self._cell_written.setdefault(key, now)
+        else:
+            self._cell_deleted.setdefault(key, now)
 
     def on_cas(
         self, now: int, table: str, row: str, expected: Mapping[str, str | None], updates: Mapping[str, str | None]
@@ -320,7 +324,10 @@ class Checkers:
                         continue
                     if first.ticket <= later.ticket:
                         continue
-                    if written < state.look_real:
+                    deleted = self._cell_deleted.get((lock_id, later.ticket))
+                    # Live when the look started: written before it, not yet removed (a waiter whose
+                    # cell leasewatch revoked has lost its place, README "Order (FIFO)").
+                    if written < state.look_real and (deleted is None or deleted > state.look_real):
                         self.violation(
                             "fifo",
                             f"{lock_id}: {first.owner} (ticket {ticket_time(first.ticket)}) was granted token "

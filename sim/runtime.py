@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sim.world import SimTask, Waiter
 
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from sim.world import Process, World
 
 __all__ = ["SimCondition", "SimEvent", "SimLock", "SimPool", "SimRuntime"]
+
+T = TypeVar("T")
 
 
 class SimEvent:
@@ -215,6 +217,9 @@ class SimRuntime:
 
     def pool(self, workers: int, *, name: str) -> SimPool:
         return SimPool(self.process, workers, name)
+
+    def call_blocking(self, fn: Callable[[], T]) -> T:
+        return fn()  # simulated I/O suspends the task by itself
 
     def uniform(self, a: float, b: float) -> float:
         return self.process.rng.uniform(a, b)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 __all__ = ["Condition", "Event", "Lock", "Pool", "Runtime", "Task"]
+
+T = TypeVar("T")
 
 
 class Event(Protocol):
@@ -103,6 +105,11 @@ class Runtime(Protocol):
         ...
 
     def pool(self, workers: int, *, name: str) -> Pool: ...
+
+    def call_blocking(self, fn: Callable[[], T]) -> T:
+        """Run a call that blocks on I/O this runtime cannot wait for itself (a store driver, an
+        HTTP request): directly on threads and in the simulator, on a small executor on asyncio."""
+        ...
 
     def uniform(self, a: float, b: float) -> float:
         """A random float in [a, b] (jitter)."""

@@ -10,10 +10,13 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from lockclient.runtime.base import Condition, Event, Lock, Pool, Task
 
 __all__ = ["THREADS", "ThreadRuntime", "host_name"]
+
+T = TypeVar("T")
 
 
 def host_name() -> str:
@@ -70,6 +73,9 @@ class ThreadRuntime:
 
     def pool(self, workers: int, *, name: str) -> Pool:
         return _ThreadPool(workers, name)
+
+    def call_blocking(self, fn: Callable[[], T]) -> T:
+        return fn()
 
     def uniform(self, a: float, b: float) -> float:
         return random.uniform(a, b)
