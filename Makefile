@@ -33,7 +33,7 @@ define apt_install
 	fi
 endef
 
-.PHONY: up test lint install system-deps bench-deps image-deps image-test bench soak clean
+.PHONY: up test lint install system-deps bench-deps image-deps image-test bench soak sim clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,13 @@ soak: install system-deps
 	CHRONOLOCK_FAULT_DURATION=$(SOAK_SECONDS) CHRONOLOCK_FAULT_ACQUISITIONS=1000000000 \
 	CHRONOLOCK_FAULT_SEED=$${CHRONOLOCK_FAULT_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')} \
 	$(PY) -m pytest tests/faults/test_mixed.py -s -p no:cacheprovider --basetemp=$(SOAK_DIR)
+
+# The deterministic simulator (sim/): searches fresh random seeds until 100,000 simulated
+# acquisitions and ends with "sim: N seeds, A simulated acquisitions, V violations". SIM_SEED=7
+# replays one seed (prints "history sha256: ..."); SIM_ACQUISITIONS, SIM_SEEDS, SIM_SECONDS,
+# SIM_PROFILE, SIM_JOBS and SIM_REPLAY are read from the environment (python -m sim --help).
+sim: install
+	$(PY) -m sim
 
 clean:
 	rm -rf $(VENV) .chronolock .pytest_cache .mypy_cache .ruff_cache

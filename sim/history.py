@@ -29,7 +29,8 @@ class History:
             self.lines.append(line)
 
     def sha256(self) -> str:
-        return self._digest.hexdigest()
+        digest: str = self._digest.hexdigest()
+        return digest
 
     def tail(self, n: int = 40) -> list[str]:
         return self.lines[-n:]

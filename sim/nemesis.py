@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sim.world import NS
@@ -80,13 +81,13 @@ class Nemesis:
             elif family == "cut":
                 events.append(FaultEvent(t, "cut", rng.choice(roles), rng.uniform(0.05, 5.0)))
             elif family == "lossy":
-                params = {
+                rates = {
                     "lose_reply": round(rng.choice((0.0, 0.02, 0.1, 0.3)), 3),
                     "cas_unknown": round(rng.choice((0.0, 0.05, 0.2, 0.5)), 3),
                     "refuse": round(rng.choice((0.0, 0.02, 0.1)), 3),
                     "slow": round(rng.choice((0.0, 0.01, 0.05)), 3),
                 }
-                events.append(FaultEvent(t, "lossy", "*", rng.uniform(0.5, 10.0), params))
+                events.append(FaultEvent(t, "lossy", "*", rng.uniform(0.5, 10.0), dict(rates)))
             elif family == "clock":
                 if c.timesvc and rng.random() < 0.7 and t >= clock_busy_until:
                     target = f"ts{rng.randrange(c.timesvc)}"
@@ -123,13 +124,14 @@ class Nemesis:
         for event in self.events:
             if event.at * NS >= sim.end_of_work:
                 continue
-            sim.world.at(int(event.at * NS), lambda e=event: self._start(e))
+            sim.world.at(int(event.at * NS), partial(self._start, event))
         sim.world.at(sim.end_of_work, self._heal_all)
 
     def _role(self, target: str) -> Any:
         sim = self.sim
         kind, index = target.rstrip("0123456789"), int(target[len(target.rstrip("0123456789")) :] or 0)
-        group = {"c": sim.clients, "lw": sim.leasewatch, "ts": sim.timesvc}[kind]
+        groups: dict[str, list[Any]] = {"c": list(sim.clients), "lw": list(sim.leasewatch), "ts": list(sim.timesvc)}
+        group = groups[kind]
         return group[index] if index < len(group) else None
 
     def _start(self, event: FaultEvent) -> None:
@@ -214,7 +216,8 @@ class Nemesis:
         sim = self.sim
         self._heal_network()
         sim.network.cut.clear()
-        for role in (*sim.clients, *sim.leasewatch, *sim.timesvc):
+        roles: list[Any] = [*sim.clients, *sim.leasewatch, *sim.timesvc]
+        for role in roles:
             if role.process.dead:
                 role.start()
             else:

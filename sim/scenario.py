@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from leasewatch.partitions import PartitionLeases
+from leasewatch.partitions import PartitionLeases, PartitionStatus
 from leasewatch.watcher import Revocation, Watcher
 from lockclient.clock import TimeServiceClock
 from lockclient.errors import ChronolockError, LockCancelled, LockTimeout
@@ -325,7 +325,7 @@ class LeasewatchReplica:
             linger=lambda: watcher.longest_lease + c.grace + 3 * c.scan_interval,
             runtime=rt,
         )
-        self.status = None
+        self.status: PartitionStatus | None = None
         self.process.spawn(self._scan_loop, "scan")
         self.process.spawn(self._refresh_loop, "refresh")
         self.process.spawn(self._due_loop, "due")

@@ -177,7 +177,7 @@ def search(
                 on_outcome(outcome)
         return outcomes
     with context.Pool(jobs, initializer=_init_worker) as pool:
-        pending = []
+        pending: list[Any] = []
         iterator = iter(seeds)
         while True:
             while more() and len(pending) < 2 * jobs:
@@ -235,5 +235,7 @@ def shrink(outcome: Outcome, *, budget_s: float = 120.0) -> Outcome:
 def save_schedule(outcome: Outcome, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"seed-{outcome.seed}.json"
-    path.write_text(json.dumps({"seed": outcome.seed, "profile": outcome.profile, "schedule": outcome.schedule}, indent=1))
+    path.write_text(
+        json.dumps({"seed": outcome.seed, "profile": outcome.profile, "schedule": outcome.schedule}, indent=1)
+    )
     return path

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sortedcontainers import SortedDict
@@ -348,7 +349,7 @@ class SimStoreClient(CellStore):
         bounds = dict(starts or {})
         wanted = list(dict.fromkeys(rows))
         calls = [
-            (row, self._send(lambda r=row: self._cells.read_row(table.value, r, bounds.get(r, ""), None, None, False)))
+            (row, self._send(partial(self._cells.read_row, table.value, row, bounds.get(row, ""), None, None, False)))
             for row in wanted
         ]
         out: dict[str, list[Cell]] = {}
@@ -385,7 +386,7 @@ class SimStoreClient(CellStore):
         wanted = list(dict.fromkeys(rows))
         if serial:
             return {row: cells for row in wanted if (cells := self.read_versioned(row, table=table, serial=True))}
-        calls = [(row, self._send(lambda r=row: self._cells.read_versioned(table.value, r))) for row in wanted]
+        calls = [(row, self._send(partial(self._cells.read_versioned, table.value, row))) for row in wanted]
         out: dict[str, dict[str, str]] = {}
         for row, call in calls:
             cells = call.result(self._process, self._net.client_timeout)
@@ -519,7 +520,7 @@ class SimStoreClient(CellStore):
                     done.set()
 
         for index, call in enumerate(calls):
-            process.spawn(lambda i=index, c=call: run(i, c), "store-concurrent")
+            process.spawn(partial(run, index, call), "store-concurrent")
         done.wait()
         first = next((e for e in errors if e is not None), None)
         if first is not None:

@@ -1,0 +1,43 @@
+"""Every ``make test`` searches fresh schedules: at least 100,000 simulated acquisitions from a fresh
+random base seed (printed: ``SIM_SEED=<seed> make sim`` replays any of them), every fault family,
+the deployment varied per seed, judged by every checker — and nothing may be violated."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ACQUISITIONS = 100_000
+BUDGET_S = 300
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2 * BUDGET_S)
+def test_a_fresh_search_of_100000_simulated_acquisitions_finds_no_violation() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIM_")}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "sim", "--acquisitions", str(ACQUISITIONS), "--no-shrink"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2 * BUDGET_S,
+    )
+    took = time.monotonic() - started
+    out = done.stdout + done.stderr
+    print(out)
+    last = done.stdout.rstrip().splitlines()[-1] if done.stdout.strip() else ""
+    found = re.fullmatch(r"sim: (\d+) seeds, (\d+) simulated acquisitions, (\d+) violations", last)
+    assert found, f"no summary line:\n{out[-3000:]}"
+    seeds, acquisitions, violations = map(int, found.groups())
+    assert violations == 0 and done.returncode == 0, f"the search found violations:\n{out[-6000:]}"
+    assert acquisitions >= ACQUISITIONS
+    assert took < BUDGET_S, f"{acquisitions} simulated acquisitions took {took:.0f} s (budget {BUDGET_S} s)"
