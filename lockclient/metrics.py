@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
-__all__ = ["ACQUIRE_SECONDS", "LOCKS_LOST", "RENEWALS", "STORE_OPS", "STORE_OPS_PER_ACQUISITION"]
+__all__ = ["ACQUIRE_SECONDS", "LOCKS_LOST", "RENEWALS", "STORE_OPS", "STORE_OPS_PER_ACQUISITION", "count_store_op"]
 
 ACQUIRE_SECONDS = Histogram(
     "chronolock_client_acquire_seconds",
@@ -14,6 +14,18 @@ ACQUIRE_SECONDS = Histogram(
     buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 STORE_OPS = Counter("chronolock_client_store_ops", "store operations issued by the lock client", ["op"])
+_STORE_OP_COUNTERS: dict[str, Counter] = {}
+
+
+def count_store_op(op: str) -> None:
+    """``STORE_OPS.labels(op).inc()``, with the labelled child looked up once per name (every
+    store call of every acquisition passes here)."""
+    child = _STORE_OP_COUNTERS.get(op)
+    if child is None:
+        child = _STORE_OP_COUNTERS[op] = STORE_OPS.labels(op)
+    child.inc()
+
+
 STORE_OPS_PER_ACQUISITION = Histogram(
     "chronolock_client_store_ops_per_acquisition",
     "store operations one acquisition attempt needed (the thesis' polling-load complaint)",

@@ -242,7 +242,8 @@ class SimTimesvcTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         sim, world, client = self.sim, self.sim.world, self.client
-        replica = next((r for r in sim.timesvc if request.url.host == f"{r.name}.sim"), None)
+        host = request.url.host
+        replica = next((r for r in sim.timesvc if host == f"{r.name}.sim"), None)
         net = sim.network
         invoked = world.now
         waiter = Waiter(world)

@@ -63,12 +63,19 @@ T = TypeVar("T")
 _LIVE, _TOMB = 0, 1
 
 
+PURGE_AFTER_NS = 30 * NS
+"""Tombstones (and expired cells) older than this are dropped when a read passes them — Cassandra's
+compaction after gc_grace_seconds, with a grace far longer than any request can be in flight here
+(a delayed write older than the tombstone could otherwise come back)."""
+
+
 @dataclass(slots=True)
 class _Stored:
     value: str
     timestamp: int
     kind: int
     expires: int | None  # virtual ns
+    written: int  # virtual ns
 
 
 class SimCells:
@@ -119,11 +126,12 @@ class SimCells:
                 self.on_write(self._world.now, table, row, column, new.value if new.kind == _LIVE else None)
 
     def put(self, table: str, row: str, column: str, value: str, timestamp: int, ttl: float | None) -> None:
-        expires = None if ttl is None else self._world.now + int(ttl * NS)
-        self._write(table, row, column, _Stored(value, timestamp, _LIVE, expires))
+        now = self._world.now
+        expires = None if ttl is None else now + int(ttl * NS)
+        self._write(table, row, column, _Stored(value, timestamp, _LIVE, expires, now))
 
     def delete(self, table: str, row: str, column: str, timestamp: int) -> None:
-        self._write(table, row, column, _Stored("", timestamp, _TOMB, None))
+        self._write(table, row, column, _Stored("", timestamp, _TOMB, None, self._world.now))
 
     def get(self, table: str, row: str, column: str) -> Cell | None:
         cells = self._rows.get((table, row))
@@ -139,15 +147,18 @@ class SimCells:
         if not cells:
             return []
         out: list[Cell] = []
-        lo = start or None
-        for column in cells.irange(minimum=lo, maximum=end, reverse=reverse):
-            if reverse and start and column < start:
-                break
+        now = self._world.now
+        purge: list[str] = []
+        for column in cells.irange(minimum=start or None, maximum=end, reverse=reverse):
             stored = cells[column]
-            if self._alive(stored):
+            if stored.kind == _LIVE and (stored.expires is None or stored.expires > now):
                 out.append(Cell(column, stored.value, stored.timestamp))
                 if limit is not None and len(out) >= limit:
                     break
+            elif now - (stored.written if stored.kind == _TOMB else stored.expires or 0) > PURGE_AFTER_NS:
+                purge.append(column)
+        for column in purge:
+            del cells[column]
         return out
 
     # -- versioned (compare-and-set) -----------------------------------------------------------------
@@ -196,10 +207,10 @@ class Network:
         """The driver's request timeout (seconds, on the client's clock)."""
 
     def delay(self) -> int:
-        rng = self.rng
-        if self.slow and rng.random() < self.slow:
-            return rng.randint(50_000_000, 1_500_000_000)
-        return rng.randint(100_000, 3_000_000)  # 0.1–3 ms
+        draw = self.rng.random
+        if self.slow and draw() < self.slow:
+            return 50_000_000 + int(draw() * 1_450_000_000)  # 50–1500 ms
+        return 100_000 + int(draw() * 2_900_000)  # 0.1–3 ms
 
     def is_cut(self, process: Process) -> bool:
         return self.cut.get(process.name, -1) > self.world.now
@@ -346,22 +357,24 @@ class SimStoreClient(CellStore):
         *,
         newer_than: int | None = None,
     ) -> dict[str, list[Cell]]:
+        """One request for all the rows (they are read at one instant): the Cassandra adapter sends
+        one request per row, overlapped — a bulk read arriving at once is one of its schedules, and
+        keeps leasewatch's scans (64 index rows, 65 partition rows) from dominating the run."""
         bounds = dict(starts or {})
         wanted = list(dict.fromkeys(rows))
-        calls = [
-            (row, self._send(partial(self._cells.read_row, table.value, row, bounds.get(row, ""), None, None, False)))
-            for row in wanted
-        ]
-        out: dict[str, list[Cell]] = {}
-        for row, call in calls:
-            cells = [
-                c
-                for c in call.result(self._process, self._net.client_timeout)
-                if newer_than is None or c.timestamp > newer_than
-            ]
-            if cells:
-                out[row] = cells
-        return out
+        cells = self._cells
+
+        def apply() -> dict[str, list[Cell]]:
+            out: dict[str, list[Cell]] = {}
+            for row in wanted:
+                found = cells.read_row(table.value, row, bounds.get(row, ""), None, None, False)
+                if newer_than is not None:
+                    found = [c for c in found if c.timestamp > newer_than]
+                if found:
+                    out[row] = found
+            return out
+
+        return self._rpc(apply)
 
     # -- versioned tables ---------------------------------------------------------------------------
 
@@ -386,13 +399,12 @@ class SimStoreClient(CellStore):
         wanted = list(dict.fromkeys(rows))
         if serial:
             return {row: cells for row in wanted if (cells := self.read_versioned(row, table=table, serial=True))}
-        calls = [(row, self._send(partial(self._cells.read_versioned, table.value, row))) for row in wanted]
-        out: dict[str, dict[str, str]] = {}
-        for row, call in calls:
-            cells = call.result(self._process, self._net.client_timeout)
-            if cells:
-                out[row] = cells
-        return out
+        cells = self._cells
+
+        def apply() -> dict[str, dict[str, str]]:  # one request, as read_rows_many
+            return {row: found for row in wanted if (found := cells.read_versioned(table.value, row))}
+
+        return self._rpc(apply)
 
     def compare_and_set(
         self,

@@ -339,11 +339,11 @@ class World:
         self.hub_greenlet()
         ready = self._ready
         timers = self._timers
-        rng = self.rng
+        draw = self.rng.random
         while not self.stopped:
             if ready:
                 last = len(ready) - 1
-                pick = rng.randint(0, last) if last else 0
+                pick = int(draw() * (last + 1)) if last else 0
                 ready[pick], ready[last] = ready[last], ready[pick]
                 task, value = ready.pop()
                 if task.dead or task.done:

@@ -83,7 +83,7 @@ class CountingStore(CellStore):
                 self.counts.lwt_rounds += 1
             if not self._grouped:
                 self.counts.round_trips += 1
-        metrics.STORE_OPS.labels(op).inc()
+        metrics.count_store_op(op)
 
     @property
     def url(self) -> str:
