@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
@@ -27,7 +28,9 @@ from lockclient.fencing import FencedResource, StaleFencingToken
 from lockclient.globaltime import GlobalTimeNotEstablished, GlobalTimeUpdater
 from lockclient.lease import HolderRecord, parse_fence
 from lockclient.locker import RemoteLock, RemoteLocker
+from lockclient.runtime import Event
 from sim.history import History
+from sim.runtime import SimRuntime
 from sim.store import Network, SimCells, SimStoreClient
 from sim.wakeups import SimWakeups, WakeupHost
 from sim.world import NS, Process, Waiter, World
@@ -417,14 +420,23 @@ class Client:
                 "invoke", op=op, client=process.name, lock=lock_id, mode="try" if trying else "get", timeout=timeout
             )
             sim.checkers.invoked(op, process, lock_id, blocking=not trying)
+            cancel = None
+            if not trying and rng.random() < 0.1:
+                # The caller gives up on its own (a cancel event set from another task).
+                cancel = rt.event()
+                process.spawn(partial(_cancel_after, rt, cancel, rng.uniform(0, 2.0)), "canceller")
             try:
-                lock = locker.try_get_lock(lock_id) if trying else locker.get_lock(lock_id, timeout)
+                lock = locker.try_get_lock(lock_id) if trying else locker.get_lock(lock_id, timeout, cancel=cancel)
             except LockTimeout:
                 sim.stats.timeouts += 1
                 sim.record("timeout", op=op)
                 sim.checkers.completed(op)
                 continue
-            except (LockCancelled, ChronolockError) as exc:
+            except LockCancelled:
+                sim.record("cancelled", op=op)
+                sim.checkers.completed(op)
+                continue
+            except ChronolockError as exc:
                 kind = type(exc).__name__
                 sim.stats.errors[kind] = sim.stats.errors.get(kind, 0) + 1
                 sim.record("error", op=op, error=kind)
@@ -472,6 +484,11 @@ class Client:
         sim.stats.releases += 1
         sim.record("released", owner=lock.owner, held=int(held))
         sim.checkers.released(state, held)
+
+
+def _cancel_after(runtime: SimRuntime, cancel: Event, delay: float) -> None:
+    runtime.sleep(delay)
+    cancel.set()
 
 
 def holder_of(raw: str | None) -> HolderRecord | None:

@@ -398,11 +398,11 @@ class SimStoreClient(CellStore):
     ) -> dict[str, dict[str, str]]:
         wanted = list(dict.fromkeys(rows))
         if serial:
-            return {row: cells for row in wanted if (cells := self.read_versioned(row, table=table, serial=True))}
-        cells = self._cells
+            return {row: found for row in wanted if (found := self.read_versioned(row, table=table, serial=True))}
+        store = self._cells
 
         def apply() -> dict[str, dict[str, str]]:  # one request, as read_rows_many
-            return {row: found for row in wanted if (found := cells.read_versioned(table.value, row))}
+            return {row: found for row in wanted if (found := store.read_versioned(table.value, row))}
 
         return self._rpc(apply)
 
