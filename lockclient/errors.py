@@ -7,8 +7,9 @@ Every error the library or a service raises on purpose derives from
      ├── ConfigurationError          bad store URL, bad settings
      ├── StoreError                  the store failed; ``__cause__`` is the driver's error
      │    ├── StoreUnavailable       the store cannot be reached (timeouts, no hosts, busy)
-     │    └── StoreAccessDenied      credentials rejected, or the node's TLS certificate
-     │                               did not verify (also a ConfigurationError)
+     │    └── StoreAccessDenied      credentials rejected, the node's TLS certificate did
+     │                               not verify, or an SQLite file that cannot be written
+     │                               (also a ConfigurationError)
      ├── ClockError                  no global time could be had
      │    └── TimeServiceUnavailable no timesvc replica answered
      └── LockError                   carries ``lock_id``
@@ -55,7 +56,8 @@ class StoreUnavailable(StoreError):
 
 
 class StoreAccessDenied(StoreError, ConfigurationError):
-    """The store rejected our credentials, or a node's TLS certificate did not verify.
+    """The store rejected our credentials, a node's TLS certificate did not verify, or the SQLite
+    database (or its directory) cannot be opened for writing by this process.
 
     Not transient — retrying cannot help until the configuration changes — so it is also a
     :class:`ConfigurationError` (``lockctl`` exits 78), and services back off before they try

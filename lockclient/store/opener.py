@@ -35,7 +35,9 @@ UNAVAILABLE_BACKOFF = (0.5, 5.0)
 
 def public_error(exc: BaseException) -> str:
     """A description of ``exc`` fit for an HTTP body: what kind of failure, never where."""
-    if isinstance(exc, StoreAccessDenied):
+    if isinstance(exc, StoreAccessDenied) and isinstance(exc.__cause__, sqlite3.Error):
+        kind = "store refused access: the database file or its directory cannot be written"
+    elif isinstance(exc, StoreAccessDenied):
         kind = "store refused access: credentials rejected, or a TLS certificate did not verify"
     elif isinstance(exc, StoreUnavailable):
         kind = "store unavailable"
