@@ -21,7 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from lockclient.errors import ChronolockError, ConfigurationError, StoreAccessDenied, StoreError, StoreUnavailable
+from lockclient.errors import (
+    ChronolockError,
+    ConfigurationError,
+    StoreAccessDenied,
+    StoreError,
+    StoreMisconfigured,
+    StoreUnavailable,
+)
 from lockclient.logs import get_logger
 from lockclient.store.base import CellStore
 
@@ -35,8 +42,8 @@ UNAVAILABLE_BACKOFF = (0.5, 5.0)
 
 def public_error(exc: BaseException) -> str:
     """A description of ``exc`` fit for an HTTP body: what kind of failure, never where."""
-    if isinstance(exc, StoreAccessDenied) and isinstance(exc.__cause__, sqlite3.Error):
-        kind = "store refused access: the database file or its directory cannot be written"
+    if isinstance(exc, StoreMisconfigured):
+        kind = "store misconfigured: its directory does not exist, or it cannot be written"
     elif isinstance(exc, StoreAccessDenied):
         kind = "store refused access: credentials rejected, or a TLS certificate did not verify"
     elif isinstance(exc, StoreUnavailable):

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
-from lockclient.errors import ConfigurationError, StoreAccessDenied, StoreError, StoreUnavailable
+from lockclient.errors import StoreError, StoreMisconfigured, StoreUnavailable
 from lockclient.store.base import (
     CasResult,
     Cell,
@@ -179,7 +179,7 @@ class SQLiteStore(CellStore):
         # directory someone made on purpose: `make up`'s, a deployment's volume, a test's tmp dir).
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
-            raise ConfigurationError(
+            raise StoreMisconfigured(
                 f"the directory {directory!r} of the SQLite store does not exist: chronolock does not "
                 "create it (a misspelt path would make a store no other process uses); create it, or "
                 "correct the store URL"
@@ -191,7 +191,7 @@ class SQLiteStore(CellStore):
             if _cannot_write(exc.__cause__):
                 # Not "unavailable" (exit 69, try again later): only a change of permissions or of
                 # the path helps, so it is a configuration error (exit 78) that services back off on.
-                raise StoreAccessDenied(
+                raise StoreMisconfigured(
                     f"the SQLite store {path!r} cannot be opened for writing ({exc.__cause__}): every "
                     "process that locks must be able to write the file and its directory (SQLite "
                     "creates its -wal and -shm files there); check their owner and permissions, or the path"

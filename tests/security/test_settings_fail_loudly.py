@@ -27,7 +27,7 @@ import pytest
 # Only what existed before the fix is imported here, so that every finding's test runs (and
 # fails) on the old code; the new helpers are imported by the tests of the helpers themselves.
 from leasewatch.settings import LeasewatchSettings
-from lockclient.errors import ConfigurationError, StoreAccessDenied
+from lockclient.errors import ConfigurationError
 from lockclient.locker import RemoteLocker
 from lockclient.settings import ClientSettings, StoreSettings, env_names
 from lockclient.store import open_store
@@ -390,13 +390,19 @@ def test_a_read_only_store_is_a_configuration_error_not_unavailable(
 
 
 def test_a_read_only_store_is_reported_as_such_by_the_services() -> None:
-    """What /readyz may say (lockclient.store.opener.public_error): the kind, no path."""
-    cause = sqlite3.OperationalError("attempt to write a readonly database")
-    error = StoreAccessDenied("the SQLite store '/secret/path/cells.db' cannot be opened for writing")
-    error.__cause__ = cause
+    """What /readyz may say (lockclient.store.opener.public_error): the kind, no path. And a
+    service whose store directory is missing answers 503, not a dropped connection."""
+    from lockclient.errors import StoreError, StoreMisconfigured
+
+    with pytest.raises(StoreMisconfigured) as caught:
+        open_store("sqlite:////secret/path/cells.db")
+    assert isinstance(caught.value, StoreError) and isinstance(caught.value, ConfigurationError)
+    assert public_error(caught.value) == "store misconfigured: its directory does not exist, or it cannot be written"
+    error = StoreMisconfigured("the SQLite store '/secret/path/cells.db' cannot be opened for writing")
+    error.__cause__ = sqlite3.OperationalError("attempt to write a readonly database")
     shown = public_error(error)
     assert shown == (
-        "store refused access: the database file or its directory cannot be written "
+        "store misconfigured: its directory does not exist, or it cannot be written "
         "(attempt to write a readonly database)"
     )
     assert "/secret/path" not in shown
