@@ -44,8 +44,10 @@ Exit status of ``lockctl run``:
       in its group) ran; they were terminated (SIGTERM, then SIGKILL after
       ``--kill-grace`` or just before the lease would run out, whichever is first)
  75   the lock is busy (``--try``) or ``--timeout`` ran out (EX_TEMPFAIL)
- 78   bad ``CHRONOLOCK_*`` settings, or the store refused the credentials or its TLS
-      certificate did not verify (EX_CONFIG: retrying will not help)
+ 78   bad ``CHRONOLOCK_*`` settings, a misspelt (unknown) ``CHRONOLOCK_*``, ``TIMESVC_*`` or
+      ``LEASEWATCH_*`` variable, no ``CHRONOLOCK_STORE_URL``, an SQLite store whose directory
+      does not exist or that cannot be written, or the store refused the credentials or its
+      TLS certificate did not verify (EX_CONFIG: retrying will not help)
  126  CMD could not be executed, or lockctl could not set up its supervision;
       127: CMD was not found
  128+N  lockctl received signal N (SIGINT, SIGTERM, SIGHUP): it forwarded the
@@ -90,7 +92,14 @@ from lockclient.errors import (
 from lockclient.lockid import validate_lock_id
 from lockclient.logs import configure_logging
 from lockclient.redact import redact, strip_url_credentials
-from lockclient.settings import SERVICE_SECRET_ENV, ClientSettings, StoreSettings, secret_env_names, settings_help
+from lockclient.settings import (
+    SERVICE_SECRET_ENV,
+    ClientSettings,
+    StoreSettings,
+    secret_env_names,
+    settings_help,
+    settings_report,
+)
 from lockclient.supervisor import (
     DEFAULT_KILL_GRACE,
     KILL_MARGIN,
@@ -130,7 +139,8 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _EPILOG = escape(settings_help(ClientSettings)).replace("\n", "\n\n")
 
 app = typer.Typer(
-    help="chronolock lockctl: run a command under a fair distributed lock, inspect locks, create the schema.",
+    help="chronolock lockctl: run a command under a fair distributed lock, inspect locks, create the schema, "
+    "show the settings.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # never print settings (passwords) in a traceback
     epilog=_EPILOG,
@@ -307,12 +317,16 @@ def run(
     Exit status: COMMAND's own (128+N if killed by signal N);
     75 lock busy (--try) or --timeout ran out;
     70 lock lost or lease running out while COMMAND ran (COMMAND was terminated);
-    69 store unavailable; 2 bad usage (also --kill-grace too long for the lease); 78 bad CHRONOLOCK_* settings;
+    69 store unavailable; 2 bad usage (also --kill-grace too long for the lease); 78 bad or unknown CHRONOLOCK_*
+    settings, no CHRONOLOCK_STORE_URL, or a store that cannot be written;
     126/127 COMMAND not executable/not found;
     128+N lockctl received signal N (forwarded to COMMAND's process group, lock released).
     """
     _setup_logging(verbose, log_format)
     with _clear_errors():
+        # First: a misspelt CHRONOLOCK_* variable or a missing store URL stops lockctl (exit 78)
+        # before it takes a lock in a store nobody else uses.
+        settings = ClientSettings()
         validate_lock_id(name)
     _check_seconds("--timeout", timeout)
     _check_seconds("--lease", lease, positive=True)
@@ -329,8 +343,7 @@ def run(
     from lockclient.locker import RemoteLocker
 
     if lease is None:
-        with _clear_errors():
-            effective_lease = ClientSettings().lease
+        effective_lease = settings.lease
         source = f"{effective_lease:g} s from CHRONOLOCK_LEASE"
     else:
         effective_lease, source = lease, f"--lease {lease:g}"
@@ -728,6 +741,24 @@ def roles(
     for statement in statements:
         typer.echo(f"{statement};")
     typer.echo(f"-- roles {schema_role} (schema) and {client_role} (client) on {url.redacted()}")
+
+
+# -- settings -------------------------------------------------------------------------------
+
+
+@app.command("settings", epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+def settings_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: variable name -> value.")] = False,
+) -> None:
+    """Print the settings lockctl (and RemoteLocker.from_env()) would use, and where each came from.
+
+    Secrets are masked and the store URL is shown without credentials. Exit 78, naming the problem, if
+    a setting is invalid, CHRONOLOCK_STORE_URL is missing or a CHRONOLOCK_* / TIMESVC_* / LEASEWATCH_*
+    variable is misspelt.
+    """
+    with _clear_errors():
+        current = ClientSettings()
+    typer.echo(settings_report(current, program="lockctl", as_json=as_json))
 
 
 def main() -> None:

@@ -7,8 +7,11 @@ Every error the library or a service raises on purpose derives from
      ├── ConfigurationError          bad store URL, bad settings
      ├── StoreError                  the store failed; ``__cause__`` is the driver's error
      │    ├── StoreUnavailable       the store cannot be reached (timeouts, no hosts, busy)
-     │    └── StoreAccessDenied      credentials rejected, or the node's TLS certificate
-     │                               did not verify (also a ConfigurationError)
+     │    ├── StoreAccessDenied      credentials rejected, or the node's TLS certificate
+     │    │                          did not verify (also a ConfigurationError)
+     │    └── StoreMisconfigured     the configured SQLite database cannot be used: its
+     │                               directory is missing, or it cannot be written
+     │                               (also a ConfigurationError)
      ├── ClockError                  no global time could be had
      │    └── TimeServiceUnavailable no timesvc replica answered
      └── LockError                   carries ``lock_id``
@@ -33,6 +36,7 @@ __all__ = [
     "LockTimeout",
     "StoreAccessDenied",
     "StoreError",
+    "StoreMisconfigured",
     "StoreUnavailable",
     "TimeServiceUnavailable",
 ]
@@ -60,6 +64,16 @@ class StoreAccessDenied(StoreError, ConfigurationError):
     Not transient — retrying cannot help until the configuration changes — so it is also a
     :class:`ConfigurationError` (``lockctl`` exits 78), and services back off before they try
     again instead of logging in on every request."""
+
+
+class StoreMisconfigured(StoreError, ConfigurationError):
+    """The store the configuration names cannot be used as it is: an SQLite database whose
+    directory does not exist (chronolock never creates one: a misspelt path would become a
+    store no other process uses), or that this process cannot open for writing.
+
+    Like :class:`StoreAccessDenied`, retrying cannot help until the configuration (a path,
+    permissions) changes: ``lockctl`` exits 78. A :class:`StoreError` too, so a service that
+    opens its store lazily reports it as the store failing (``/readyz`` 503) and tries again."""
 
 
 class ClockError(ChronolockError):

@@ -4,6 +4,13 @@ Names shared by every component start with ``CHRONOLOCK_``; a service's own
 settings start with its name (``TIMESVC_``, ``LEASEWATCH_``). The README, the
 Kubernetes ConfigMaps and ``--help`` use exactly these names; a test checks
 that the manifests provide exactly what each settings class reads.
+
+Nothing here fails in silence. Every settings class reads the environment through
+:class:`CheckedEnvironment`, which refuses a variable with a chronolock prefix that no
+chronolock program reads (:mod:`lockclient.environment`: a misspelt
+``CHRONOLOCK_CASANDRA_SSL`` must not turn TLS off without a word), and
+``CHRONOLOCK_STORE_URL`` has no default: a client that invented a store — it used to be
+``./.chronolock/cells.db``, relative to wherever it ran — took locks nobody else could see.
 """
 
 from __future__ import annotations
@@ -12,33 +19,52 @@ import json
 import os
 import re
 import socket
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
-from lockclient.redact import MASK, register_secret, strip_url_credentials
+from lockclient.environment import SERVICE_ENV, check_environment, is_service_link, without_service_links
+from lockclient.errors import ConfigurationError
+from lockclient.redact import MASK, redact, register_secret, strip_url_credentials
 from lockclient.store.url import TlsOptions, TlsVerify, parse_store_url
 
 if TYPE_CHECKING:
     from lockclient.store.base import CellStore
 
 __all__ = [
+    "NO_STORE_URL",
     "SERVICE_SECRET_ENV",
     "SETTINGS_CONFIG",
+    "CheckedEnvironment",
     "ClientSettings",
     "HttpServerSettings",
     "LoggingSettings",
     "StoreSettings",
+    "all_env_names",
     "check_token",
     "env_names",
+    "known_env_names",
     "parse_named_tokens",
     "redacted_settings",
     "secret_env_names",
     "settings_help",
+    "settings_report",
 ]
 
-DEFAULT_STORE_URL = "sqlite:///.chronolock/cells.db"
+NO_STORE_URL = (
+    "CHRONOLOCK_STORE_URL is not set, and chronolock does not invent a store: a lock taken in a store "
+    "no other process uses excludes nothing. For the local stack run `make up` in a chronolock clone "
+    "and paste the export lines it prints (absolute paths); otherwise set it to "
+    "sqlite:////absolute/path/cells.db (one machine) or cassandra://host1,host2:9042/keyspace?dc=DC"
+)
+"""Why a component without ``CHRONOLOCK_STORE_URL`` refuses to start, and how to get one."""
 
 
 def default_replica_id() -> str:
@@ -62,15 +88,30 @@ SETTINGS_CONFIG = SettingsConfigDict(
 """Shared by every settings class: ``SettingsConfigDict(env_prefix=..., **SETTINGS_CONFIG)``."""
 
 
+class CheckedEnvironment(EnvSettingsSource):
+    """The process environment as every chronolock settings class reads it.
+
+    Before anything is read, :func:`lockclient.environment.check_environment` refuses a
+    ``CHRONOLOCK_*`` / ``TIMESVC_*`` / ``LEASEWATCH_*`` variable that no chronolock program
+    reads (:func:`known_env_names`), so a misspelt setting stops the program instead of being
+    ignored. Kubernetes service links (``TIMESVC_PORT=tcp://10.0.0.7:8700``) are not read as
+    settings (:func:`lockclient.environment.without_service_links`)."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        check_environment(os.environ, known_env_names(self.settings_cls))
+        return without_service_links(super()._load_env_vars())
+
+
 class StoreSettings(BaseSettings):
     """Where the cells live, and how to reach them. Shared by every component."""
 
     model_config = SettingsConfigDict(env_prefix="CHRONOLOCK_", **SETTINGS_CONFIG)
 
     store_url: str = Field(
-        default=DEFAULT_STORE_URL,
+        default="",
+        validate_default=True,  # unset is refused by _valid_url, with NO_STORE_URL
         validation_alias=_alias("CHRONOLOCK_STORE_URL"),
-        description="sqlite:///path/cells.db or cassandra://host1,host2:9042/keyspace?dc=dc1",
+        description="required: sqlite:////absolute/path/cells.db or cassandra://host1,host2:9042/keyspace?dc=dc1",
     )
     cassandra_username: str | None = Field(
         default=None, validation_alias=_alias("CHRONOLOCK_CASSANDRA_USERNAME"), description="Cassandra user"
@@ -109,10 +150,32 @@ class StoreSettings(BaseSettings):
         description="full (chain and name), ca (chain only) or none (no verification: tests only)",
     )
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The environment is read through :class:`CheckedEnvironment`; the other sources as usual."""
+        return init_settings, CheckedEnvironment(settings_cls), dotenv_settings, file_secret_settings
+
     @field_validator("store_url")
     @classmethod
     def _valid_url(cls, value: str) -> str:
-        parse_store_url(value)  # raises ConfigurationError with a clear message (no password in it)
+        # ConfigurationError, not ValueError: it passes through pydantic as it is, so that
+        # RemoteLocker.from_env() raises it and every command exits 78 with this message.
+        if not value.strip():
+            raise ConfigurationError(NO_STORE_URL)
+        url = parse_store_url(value)  # raises ConfigurationError with a clear message (no password in it)
+        if url.scheme == "sqlite" and not os.path.isabs(url.path):
+            raise ConfigurationError(
+                f"CHRONOLOCK_STORE_URL names a relative SQLite path ({url.path!r}): every process would "
+                "resolve it against its own working directory and lock in its own store. Give an absolute "
+                "path: sqlite:////absolute/path/cells.db (four slashes)"
+            )
         return value
 
     @field_validator("cassandra_ssl_ca", "cassandra_ssl_cert", "cassandra_ssl_key", "cassandra_ssl_hostname")
@@ -295,6 +358,26 @@ def env_names(settings_cls: type[BaseSettings]) -> set[str]:
     return {_env_name(settings_cls, name) for name in settings_cls.model_fields}
 
 
+def all_env_names(settings_cls: type[BaseSettings]) -> set[str]:
+    """Every variable name a settings class reads: canonical names and deprecated spellings."""
+    names: set[str] = set()
+    for name, field in settings_cls.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.update(str(choice).upper() for choice in alias.choices)
+        else:
+            names.add(_env_name(settings_cls, name))
+    return names
+
+
+def known_env_names(settings_cls: type[BaseSettings]) -> frozenset[str]:
+    """The settings of every chronolock program, as ``settings_cls``'s program accepts them in its
+    environment: the lock client's, the services' (:data:`lockclient.environment.SERVICE_ENV`) and
+    its own (read from the class, so a setting just added is accepted by its own program even
+    before the list catches up; a test keeps the list exact)."""
+    return frozenset(all_env_names(ClientSettings) | SERVICE_ENV | all_env_names(settings_cls))
+
+
 def _is_secret(field: Any) -> bool:
     return "SecretStr" in str(field.annotation)
 
@@ -313,9 +396,8 @@ def secret_env_names(settings_cls: type[BaseSettings]) -> set[str]:
     return names
 
 
-def redacted_settings(settings: BaseSettings) -> str:
-    """The settings as JSON (by variable name) with every secret masked and the store URL's
-    credentials removed: what the ``settings`` commands print."""
+def _redacted_values(settings: BaseSettings) -> dict[str, Any]:
+    """Variable name -> value, every secret masked and the store URL without credentials."""
     out: dict[str, Any] = {}
     cls = type(settings)
     for name, field in sorted(cls.model_fields.items(), key=lambda item: _env_name(cls, item[0])):
@@ -327,7 +409,47 @@ def redacted_settings(settings: BaseSettings) -> str:
         else:
             shown = value
         out[_env_name(cls, name)] = shown
-    return json.dumps(out, indent=2, default=str)
+    return out
+
+
+def redacted_settings(settings: BaseSettings) -> str:
+    """The settings as JSON (by variable name) with every secret masked and the store URL's
+    credentials removed: what the ``settings`` commands print with ``--json``."""
+    return json.dumps(_redacted_values(settings), indent=2, default=str)
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if value == "":
+        return "(empty)"
+    return str(value)
+
+
+def settings_report(settings: BaseSettings, *, program: str, as_json: bool = False) -> str:
+    """What ``lockctl settings``, ``timesvc settings`` and ``leasewatch settings`` print: every
+    setting the program would use, by variable name, where each came from (the environment or
+    the default), secrets masked and no credentials in the store URL. ``as_json``: one JSON
+    object, variable name -> value (:func:`redacted_settings`)."""
+    if as_json:
+        return redacted_settings(settings)
+    values = {env: _shown(value) for env, value in _redacted_values(settings).items()}
+    cls = type(settings)
+    given = {_env_name(cls, name) for name in settings.model_fields_set}
+    links = {name.upper() for name, value in os.environ.items() if is_service_link(name, value)}
+    name_width = max(len(env) for env in values)
+    value_width = min(48, max(len(value) for value in values.values()))
+    lines = [f"{program} settings (secrets masked as {MASK}, no credentials in the store URL):", ""]
+    for env, value in values.items():
+        source = "environment" if env in given else "default"
+        if env in links and env not in given:
+            source += f"; {env} in the environment is a Kubernetes service link, not this setting"
+        lines.append(f"  {env:<{name_width}}  {value:<{value_width}}  {source}")
+    return redact("\n".join(lines))
 
 
 def settings_help(settings_cls: type[BaseSettings]) -> str:
@@ -335,6 +457,11 @@ def settings_help(settings_cls: type[BaseSettings]) -> str:
     lines = ["Settings (environment variables):", ""]
     for name, field in sorted(settings_cls.model_fields.items()):
         env = _env_name(settings_cls, name)
-        default = "(per process)" if field.default_factory is not None else repr(field.default)
+        if field.default_factory is not None:
+            default = "(per process)"
+        elif name == "store_url":
+            default = "none, required"
+        else:
+            default = repr(field.default)
         lines.append(f"  {env:<32} {field.description or ''} [default: {default}]")
     return "\n".join(lines)

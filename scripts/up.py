@@ -1,13 +1,20 @@
 """`make up`: the local stack on the embedded SQLite store, in the foreground.
 
 Starts three timesvc replicas and one leasewatch on one SQLite file, prints where
-they listen, and stops everything cleanly on Ctrl-C / SIGTERM.
-Ports: CHRONOLOCK_UP_PORT (default 8701) and the next three.
+they listen and the ``export`` lines for clients, and stops everything cleanly on
+Ctrl-C / SIGTERM. Ports: CHRONOLOCK_UP_PORT (default 8701) and the next three.
+
+The store is ``CHRONOLOCK_STORE_URL`` if set, else ``.chronolock/cells.db`` in the
+clone (this stack is the one place that creates a store's directory). What it prints
+names files by absolute path, so the lines work pasted into a shell in any directory:
+clients refuse to run without a store URL and to resolve a relative SQLite path
+against their own working directory.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -18,8 +25,26 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+BIN = Path(os.path.abspath(sys.executable)).parent  # not resolve(): the venv's bin, not the interpreter's
 STATE = ROOT / ".chronolock"
+
+
+def absolute_store_url(url: str) -> str:
+    """``url`` with a relative SQLite path made absolute (against this directory, once): the
+    services, and every client that pastes the printed line, then name the same file."""
+    scheme, sep, rest = url.partition(":///")
+    if scheme.lower() == "sqlite" and sep and not rest.startswith("/"):
+        return f"sqlite:///{Path.cwd() / rest}"
+    return url
+
+
+def log_tail(path: Path, lines: int = 5) -> str:
+    """The last lines of a service's log: why it stopped (a refused setting says so in one line)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -42,7 +67,7 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def main() -> int:
     STATE.mkdir(exist_ok=True)
-    store_url = os.environ.get("CHRONOLOCK_STORE_URL", f"sqlite:///{STATE / 'cells.db'}")
+    store_url = absolute_store_url(os.environ.get("CHRONOLOCK_STORE_URL") or f"sqlite:///{STATE / 'cells.db'}")
     base = int(os.environ.get("CHRONOLOCK_UP_PORT", "8701"))
     plan: list[tuple[str, list[str], dict[str, str], int]] = []
     for i in range(3):
@@ -92,7 +117,8 @@ def main() -> int:
         for name, proc, port in children:
             while True:
                 if proc.poll() is not None:
-                    print(f"{name} exited; see {logs / (name + '.log')}", file=sys.stderr)
+                    log_path = logs / f"{name}.log"
+                    print(f"{name} exited; see {log_path}:\n{log_tail(log_path)}", file=sys.stderr)
                     stop()
                     return 1
                 try:
@@ -114,10 +140,10 @@ def main() -> int:
             )
             print(f"  {name:<12} http://127.0.0.1:{port}   {what}")
         urls = ",".join(f"http://127.0.0.1:{port}" for name, _, port in children if name.startswith("timesvc"))
-        print(f"\nfor clients:  export CHRONOLOCK_STORE_URL={store_url}")
+        print(f"\nfor clients:  export CHRONOLOCK_STORE_URL={shlex.quote(store_url)}")
         print(f"              export CHRONOLOCK_TIMESVC_URLS={urls}")
         print(f"              export CHRONOLOCK_LEASEWATCH_URL=http://127.0.0.1:{base + 3}")
-        print("then e.g.:    .venv/bin/lockctl run my-lock -- echo hello")
+        print(f"then e.g.:    {shlex.quote(str(BIN / 'lockctl'))} run my-lock -- echo hello")
         print(f"logs in {logs}; Ctrl-C stops everything")
         while all(proc.poll() is None for _, proc, _ in children):
             time.sleep(0.5)

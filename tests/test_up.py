@@ -78,15 +78,19 @@ def test_a_port_someone_listens_on_is_busy() -> None:
         assert not up.port_is_free(listener.getsockname()[1])
 
 
-def _start_up(base: int, store: Path) -> tuple[subprocess.Popen[str], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONOLOCK_", "TIMESVC_", "LEASEWATCH_"))}
-    env |= {"CHRONOLOCK_UP_PORT": str(base), "CHRONOLOCK_STORE_URL": f"sqlite:///{store}"}
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("CHRONOLOCK_", "TIMESVC_", "LEASEWATCH_"))}
+
+
+def _start_up(base: int, store: Path | str, cwd: Path | None = None) -> tuple[subprocess.Popen[str], str]:
+    env = _clean_env() | {"CHRONOLOCK_UP_PORT": str(base), "CHRONOLOCK_STORE_URL": f"sqlite:///{store}"}
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "scripts" / "up.py")],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        cwd=cwd,
     )
     assert proc.stdout is not None
     lines = []
@@ -141,3 +145,51 @@ def test_up_starts_the_stack_stops_it_on_ctrl_c_and_starts_again_at_once(tmp_pat
         assert httpx.get(f"http://127.0.0.1:{base}/now", timeout=5).status_code == 200
     finally:
         assert _stop(again) == 0
+
+
+def _free_base() -> int:
+    base = free_port()
+    while any(not up.port_is_free(base + i) for i in range(4)):
+        base = free_port()
+    return base
+
+
+def test_a_relative_store_url_is_made_absolute() -> None:
+    assert up.absolute_store_url("sqlite:///state/cells.db?busy_timeout=1") == (
+        f"sqlite:///{Path.cwd()}/state/cells.db?busy_timeout=1"
+    )
+    assert up.absolute_store_url("sqlite:////abs/cells.db") == "sqlite:////abs/cells.db"
+    assert up.absolute_store_url("cassandra://h/ks") == "cassandra://h/ks"
+
+
+@pytest.mark.slow
+def test_the_printed_exports_work_pasted_into_a_shell_in_any_directory(tmp_path: Path) -> None:
+    """Issue 25: clients refuse to run without CHRONOLOCK_STORE_URL and to resolve a relative SQLite
+    path, so what `make up` prints must name files by absolute path — even when it was given a
+    relative store URL — and a shell elsewhere that pastes it must lock in the stack's store."""
+    (tmp_path / "clone" / "state").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc, out = _start_up(_free_base(), "state/cells.db", cwd=tmp_path / "clone")
+    try:
+        assert "chronolock is up" in out, out
+        exports = dict(re.findall(r"export (CHRONOLOCK_[A-Z_]+)=(\S+)", out))
+        assert set(exports) == {"CHRONOLOCK_STORE_URL", "CHRONOLOCK_TIMESVC_URLS", "CHRONOLOCK_LEASEWATCH_URL"}
+        assert exports["CHRONOLOCK_STORE_URL"] == f"sqlite:///{tmp_path / 'clone' / 'state' / 'cells.db'}"
+        lockctl = re.search(r"then e\.g\.:\s+(\S+) run my-lock", out)
+        assert lockctl is not None and Path(lockctl.group(1)).is_absolute(), out
+        pasted = subprocess.run(
+            ["sh", "-c", f"{out[out.index('export CHRONOLOCK_STORE_URL'):].split('then e.g.')[0]}\n"
+             f"{lockctl.group(1)} run demo -- true && {lockctl.group(1)} status demo --json"],
+            env=_clean_env(),
+            cwd=elsewhere,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )  # fmt: skip
+        assert pasted.returncode == 0, pasted.stderr
+        assert '"fencing_token": 1' in pasted.stdout  # taken in the stack's store...
+        assert list(elsewhere.iterdir()) == []  # ...and nothing made where the shell was
+    finally:
+        assert _stop(proc) == 0

@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from lockclient.entrypoint import guarded_main
 from lockclient.logs import configure_logging
-from lockclient.settings import redacted_settings, settings_help
+from lockclient.settings import settings_help, settings_report
 from lockclient.version import version_option
 from timesvc.settings import TimesvcSettings
 
@@ -42,10 +42,13 @@ def serve() -> None:
     ).run()
 
 
-@app.command()
-def settings() -> None:
-    """Print the settings this replica would use (secrets masked, no credentials in the store URL)."""
-    typer.echo(redacted_settings(TimesvcSettings()))
+@app.command(epilog=escape(settings_help(TimesvcSettings)).replace("\n", "\n\n"))
+def settings(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: variable name -> value.")] = False,
+) -> None:
+    """Print the settings this replica would use and where each came from (secrets masked, no
+    credentials in the store URL). Exit 78, naming the problem, on an invalid, missing or misspelt setting."""
+    typer.echo(settings_report(TimesvcSettings(), program="timesvc", as_json=as_json))
 
 
 def main() -> None:

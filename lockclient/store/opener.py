@@ -21,7 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from lockclient.errors import ChronolockError, ConfigurationError, StoreAccessDenied, StoreError, StoreUnavailable
+from lockclient.errors import (
+    ChronolockError,
+    ConfigurationError,
+    StoreAccessDenied,
+    StoreError,
+    StoreMisconfigured,
+    StoreUnavailable,
+)
 from lockclient.logs import get_logger
 from lockclient.store.base import CellStore
 
@@ -35,7 +42,9 @@ UNAVAILABLE_BACKOFF = (0.5, 5.0)
 
 def public_error(exc: BaseException) -> str:
     """A description of ``exc`` fit for an HTTP body: what kind of failure, never where."""
-    if isinstance(exc, StoreAccessDenied):
+    if isinstance(exc, StoreMisconfigured):
+        kind = "store misconfigured: its directory does not exist, or it cannot be written"
+    elif isinstance(exc, StoreAccessDenied):
         kind = "store refused access: credentials rejected, or a TLS certificate did not verify"
     elif isinstance(exc, StoreUnavailable):
         kind = "store unavailable"

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
-from lockclient.errors import StoreError, StoreUnavailable
+from lockclient.errors import StoreError, StoreMisconfigured, StoreUnavailable
 from lockclient.store.base import (
     CasResult,
     Cell,
@@ -140,6 +140,16 @@ def _cas_in_transaction(conn: sqlite3.Connection, op: CompareAndSet) -> CasResul
     return CasResult(applied=True, current=current)
 
 
+def _cannot_write(error: BaseException | None) -> bool:
+    """Whether SQLite failed because the file or its directory cannot be opened or written:
+    SQLITE_CANTOPEN (no permission to create the file or its -wal/-shm, a path that is a
+    directory), SQLITE_READONLY*, SQLITE_PERM."""
+    if not isinstance(error, sqlite3.Error):
+        return False
+    name = getattr(error, "sqlite_errorname", "")
+    return name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY")) or name in ("SQLITE_PERM", "SQLITE_AUTH")
+
+
 def _size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -164,12 +174,29 @@ class SQLiteStore(CellStore):
         self._connections_lock = threading.Lock()
         self._closed = False
         self._sizes: dict[tuple[str, str], tuple[float, int]] = {}
+        # The directory is never created here: a misspelt path used to become a new, private
+        # store that no other process locked in (the file itself is created on first use, in a
+        # directory someone made on purpose: `make up`'s, a deployment's volume, a test's tmp dir).
         directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise StoreMisconfigured(
+                f"the directory {directory!r} of the SQLite store does not exist: chronolock does not "
+                "create it (a misspelt path would make a store no other process uses); create it, or "
+                "correct the store URL"
+            )
         try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create the directory for the SQLite store {path!r}: {exc}") from exc
-        self._run(self._create_schema)
+            self._run(self._create_schema)
+        except StoreError as exc:
+            self.close()
+            if _cannot_write(exc.__cause__):
+                # Not "unavailable" (exit 69, try again later): only a change of permissions or of
+                # the path helps, so it is a configuration error (exit 78) that services back off on.
+                raise StoreMisconfigured(
+                    f"the SQLite store {path!r} cannot be opened for writing ({exc.__cause__}): every "
+                    "process that locks must be able to write the file and its directory (SQLite "
+                    "creates its -wal and -shm files there); check their owner and permissions, or the path"
+                ) from exc.__cause__
+            raise
 
     @staticmethod
     def _create_schema(conn: sqlite3.Connection) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -192,9 +193,17 @@ def test_bad_numbers_exit_2(env: dict[str, str], option: list[str]) -> None:
 
 
 def test_store_unavailable_exits_69(env: dict[str, str], tmp_path: Path) -> None:
-    (tmp_path / "a-directory.db").mkdir()
-    env = {**env, "CHRONOLOCK_STORE_URL": f"sqlite:///{tmp_path / 'a-directory.db'}"}
-    result = lockctl(env, "run", "job", "--", "true")
+    """A store that is there but busy beyond busy_timeout: temporary, so 69. (This test used a
+    path that is a directory; that is a configuration error now, exit 78: tests/security/
+    test_settings_fail_loudly.py.)"""
+    db = tmp_path / "cells.db"
+    holder = sqlite3.connect(db, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another process's long write transaction
+        env = {**env, "CHRONOLOCK_STORE_URL": f"sqlite:///{db}?busy_timeout=0.2"}
+        result = lockctl(env, "run", "job", "--", "true")
+    finally:
+        holder.close()
     assert result.returncode == EXIT_UNAVAILABLE, result.stderr
     assert "unavailable" in result.stderr
     assert "Traceback" not in result.stderr

@@ -564,3 +564,82 @@ def test_cassandra_statefulset(rendered: Rendered) -> None:
     assert pdb["spec"]["maxUnavailable"] == 1
     grace = pod_template(statefulset)["spec"]["terminationGracePeriodSeconds"]
     assert grace >= 60, "nodetool drain needs time"
+
+
+# ---- Kubernetes service links (issue 25) ----------------------------------------------------------
+
+
+def _service_links(rendered: Rendered) -> dict[str, str]:
+    """The variables the kubelet gives every pod of the namespace when enableServiceLinks is on
+    (pkg/kubelet/envvars/envvars.go), for the rendered Services, with made-up cluster IPs."""
+    links: dict[str, str] = {}
+    for index, service in enumerate(rendered.of_kind("Service")):
+        spec = service["spec"]
+        if spec.get("clusterIP") == "None":
+            continue  # headless: the kubelet gives it no variables
+        ip = spec.get("clusterIP") or f"10.96.0.{10 + index}"
+        name = service["metadata"]["name"].upper().replace("-", "_")
+        ports = spec["ports"]
+        links[f"{name}_SERVICE_HOST"] = ip
+        links[f"{name}_SERVICE_PORT"] = str(ports[0]["port"])
+        for port in ports:
+            if port.get("name"):
+                links[f"{name}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = str(port["port"])
+        for position, port in enumerate(ports):
+            protocol = port.get("protocol", "TCP")
+            url = f"{protocol.lower()}://{ip}:{port['port']}"
+            if position == 0:
+                links[f"{name}_PORT"] = url
+            prefix = f"{name}_PORT_{port['port']}_{protocol.upper()}"
+            links |= {
+                prefix: url,
+                f"{prefix}_PROTO": protocol.lower(),
+                f"{prefix}_PORT": str(port["port"]),
+                f"{prefix}_ADDR": ip,
+            }
+    return links
+
+
+def test_pods_get_no_service_links(rendered: Rendered) -> None:
+    """Docker-link variables of the namespace's Services (TIMESVC_PORT=tcp://..., LEASEWATCH_SERVICE_HOST)
+    share the settings' prefixes; no pod asks for them."""
+    for workload in rendered.workloads():
+        spec = pod_template(workload)["spec"]
+        assert spec.get("enableServiceLinks") is False, f"{rendered.overlay} {workload['metadata']['name']}"
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+@pytest.mark.parametrize("own_port", [True, False], ids=["port-in-spec", "port-from-default"])
+def test_services_start_with_service_links_turned_on(
+    rendered: Rendered, service: str, own_port: bool, clean_env: pytest.MonkeyPatch
+) -> None:
+    """If an overlay turns links back on, the pod still starts: the links are recognised (unknown
+    variables are refused otherwise), and TIMESVC_PORT=tcp://... is not read as the port — also
+    when the pod spec does not set the port itself, so that the link is all there is."""
+    container = _container(_workload(rendered, service), service)
+    prefix, default_port = SERVICES[service]
+    links = _service_links(rendered)
+    assert {"TIMESVC_PORT", "LEASEWATCH_PORT", "TIMESVC_SERVICE_PORT_HTTP", "LEASEWATCH_PORT_8710_TCP_ADDR"} <= set(
+        links
+    ), "precondition: the Services give links with the settings' prefixes"
+    provided = _provided_env(rendered, container)
+    if not own_port:
+        del provided[f"{prefix}_PORT"]
+    # The kubelet's order: a variable the pod spec sets wins over a link of the same name.
+    for name, value in {**links, **provided}.items():
+        clean_env.setenv(name, value if value is not None else f"from-secret-or-pod-{name.lower()}")
+    settings = _settings_class(service)()
+    assert settings.port == default_port == _ports(container)["http"]
+
+
+def test_a_client_pod_with_service_links_on_reads_its_settings(
+    rendered: Rendered, clean_env: pytest.MonkeyPatch
+) -> None:
+    """An application pod in the namespace (RemoteLocker.from_env(), lockctl) with links on."""
+    from lockclient.settings import ClientSettings
+
+    for name, value in _service_links(rendered).items():
+        clean_env.setenv(name, value)
+    clean_env.setenv("CHRONOLOCK_STORE_URL", "cassandra://cassandra-client:9042/chronolock?dc=dc1")
+    clean_env.setenv("CHRONOLOCK_TIMESVC_URLS", "http://timesvc:8700")
+    assert ClientSettings().timesvc_urls == "http://timesvc:8700"

@@ -224,7 +224,8 @@ def _interrupt(signum: int, frame: object) -> None:
 def main() -> None:
     # SIGTERM too (a background job ignores SIGINT): the processes are stopped on the way out.
     signal.signal(signal.SIGTERM, _interrupt)
-    workdir = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".chronolock/busy")
+    # Absolute: the services refuse a relative SQLite path (each process would resolve it on its own).
+    workdir = (Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".chronolock/busy")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     for old in workdir.glob("cells.db*"):
         old.unlink()

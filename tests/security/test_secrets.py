@@ -48,24 +48,32 @@ SECRET_ENV = {
 }
 
 
-@pytest.mark.parametrize("program", ["timesvc", "leasewatch"])
+@pytest.mark.parametrize("program", ["timesvc", "leasewatch", "lockctl"])
 def test_settings_commands_hide_every_secret(program: str) -> None:
-    result = subprocess.run(
-        [str(BIN / program), "settings"], env=_env(**SECRET_ENV), capture_output=True, text=True, timeout=60, check=True
-    )
-    for secret in (URL_PASSWORD, ENV_PASSWORD, ADMIN, READ):
-        assert secret not in result.stdout + result.stderr
+    for as_json in ([], ["--json"]):
+        result = subprocess.run(
+            [str(BIN / program), "settings", *as_json],
+            env=_env(**SECRET_ENV),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        for secret in (URL_PASSWORD, ENV_PASSWORD, ADMIN, READ):
+            assert secret not in result.stdout + result.stderr
+        assert "cassandra://db1,db2:9042/chronolock?dc=dc1" in result.stdout
     shown = json.loads(result.stdout)
     assert shown["CHRONOLOCK_STORE_URL"] == "cassandra://db1,db2:9042/chronolock?dc=dc1"
     assert shown["CHRONOLOCK_CASSANDRA_PASSWORD"] == "***"
-    assert shown[f"{program.upper()}_READ_TOKEN"] == "***"
+    if program != "lockctl":
+        assert shown[f"{program.upper()}_READ_TOKEN"] == "***"
 
 
-def test_a_rejected_secret_setting_is_not_echoed() -> None:
+def test_a_rejected_secret_setting_is_not_echoed(tmp_path: Path) -> None:
     short = "short-token-value"
     result = subprocess.run(
         [str(BIN / "leasewatch"), "settings"],
-        env=_env(LEASEWATCH_ADMIN_TOKENS=f"bob:{short}"),
+        env=_env(LEASEWATCH_ADMIN_TOKENS=f"bob:{short}", CHRONOLOCK_STORE_URL=f"sqlite:///{tmp_path}/cells.db"),
         capture_output=True,
         text=True,
         timeout=60,

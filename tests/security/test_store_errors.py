@@ -35,6 +35,7 @@ def _no_location(text: str, *where: str) -> None:
 
 def test_error_bodies_and_readyz_name_no_path(processes: Fleet, tmp_path: Path) -> None:
     db = tmp_path / "private-dir" / "cells.db"
+    db.parent.mkdir()  # a store's directory is never created implicitly (issue 25)
     url = f"sqlite:///{db}?busy_timeout=0.2"
     timesvc = processes.timesvc(url, name="t")
     timesvc.wait_ready()

@@ -118,11 +118,12 @@ def test_nan_and_huge_numbers_never_reach_the_store(tmp_path: Path) -> None:
     ],
 )
 def test_numeric_settings_are_finite_and_in_range(
-    cls: type[ClientSettings], name: str, value: str, monkeypatch: pytest.MonkeyPatch
+    cls: type[ClientSettings], name: str, value: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     for key in list(os.environ):
         if key.startswith(("CHRONOLOCK_", "TIMESVC_", "LEASEWATCH_")):
             monkeypatch.delenv(key)
+    monkeypatch.setenv("CHRONOLOCK_STORE_URL", f"sqlite:///{tmp_path}/cells.db")  # required (issue 25)
     monkeypatch.setenv(name, value)
     with pytest.raises(ValidationError) as caught:
         cls()
