@@ -22,6 +22,7 @@ from lockclient.errors import (
     LockTimeout,
     StoreAccessDenied,
     StoreError,
+    StoreOutcomeUnknown,
     StoreUnavailable,
     TimeServiceUnavailable,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "StoreAccessDenied",
     "StoreClock",
     "StoreError",
+    "StoreOutcomeUnknown",
     "StoreUnavailable",
     "TimeServiceClock",
     "TimeServiceUnavailable",
