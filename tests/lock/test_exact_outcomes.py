@@ -19,8 +19,11 @@ monotonic clock, moved by the test: nothing here depends on how fast the machine
 
 from __future__ import annotations
 
+import os
 import threading
+import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -34,8 +37,9 @@ from lockclient import CellStore, RemoteLocker, StoreError, StoreOutcomeUnknown,
 from lockclient.lease import HOLDER_COLUMN, HeldLease, HolderRecord
 from lockclient.lockid import index_shard, make_owner, make_ticket
 from lockclient.store import Table
+from lockclient.store.cassandra import CassandraStore
 from tests.support.faulty import FaultyStore
-from tests.support.simulated_driver import SimCall, simulated_cassandra_store
+from tests.support.simulated_driver import SimCall, inject_faults, simulated_cassandra_store
 from tests.support.waiting import wait_until
 
 LEASE = 10.0
@@ -56,6 +60,59 @@ class Clock:
 def store(sqlite_url: str) -> Iterator[CellStore]:
     with open_store(sqlite_url) as s:
         yield s
+
+
+@dataclass
+class Driver:
+    """Where the adapter-path replays run: the real CassandraStore code over the simulated driver
+    (always), or over a real modern Cassandra node with the failures injected around real
+    statements (when ``CHRONOLOCK_TEST_CASSANDRA`` names one)."""
+
+    name: str
+    backing: CellStore
+    """A plain store over the same data: what the tests read to check, and what W uses."""
+    faulty: Callable[[float], tuple[CassandraStore, Any]]
+    """A CassandraStore (``resolve_timeout`` seconds) with failure rules on its driver session."""
+    plain: Callable[[], CellStore]
+
+    def lock_id(self, base: str) -> str:
+        return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(params=["simulated-driver", "cassandra-modern"])
+def driver(request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[Driver]:
+    opened: list[CellStore] = []
+
+    def keep(store: CellStore) -> CellStore:
+        opened.append(store)
+        return store
+
+    if request.param == "simulated-driver":
+        backing = keep(open_store(sqlite_url))
+
+        def simulated(resolve_timeout: float) -> tuple[CassandraStore, Any]:
+            store, session = simulated_cassandra_store(backing, resolve_timeout=resolve_timeout)
+            keep(store)
+            return store, session
+
+        found = Driver(request.param, backing, simulated, lambda: simulated_cassandra_store(backing)[0])
+    else:
+        if not os.environ.get("CHRONOLOCK_TEST_CASSANDRA"):
+            pytest.skip("no modern Cassandra: set CHRONOLOCK_TEST_CASSANDRA=host:port to replay on a real node")
+        url: str = request.getfixturevalue("modern_cassandra_url")
+        backing = keep(open_store(url))
+
+        def real(resolve_timeout: float) -> tuple[CassandraStore, Any]:
+            store = keep(open_store(f"{url}?resolve_timeout={resolve_timeout}"))
+            assert isinstance(store, CassandraStore)
+            return store, inject_faults(store)
+
+        found = Driver(request.param, backing, real, lambda: open_store(url))
+    try:
+        yield found
+    finally:
+        for store in reversed(opened):
+            store.close()
 
 
 def lost_count() -> float:
@@ -118,7 +175,7 @@ def watch_until_revoked(watcher: Watcher, clock: Clock, lease: HeldLease, revoke
     """Move the clock in steps of 0.25 s, letting the watcher look each step, until it revokes."""
     while not revoked and clock.now < 140:
         clock.now = round(clock.now + 0.25, 2)
-        watcher.scan()
+        watcher.scan([index_shard(lease.lock_id)])  # only this lock's shard (a shared keyspace has others)
         watcher.check_due()
     assert revoked, "leasewatch never revoked the stale lease"
     at, held = revoked[0]
@@ -131,7 +188,8 @@ def watch_until_revoked(watcher: Watcher, clock: Clock, lease: HeldLease, revoke
 
 def revocation_probe(lease: HeldLease, clock: Clock, revoked: list[tuple[float, bool]]) -> Callable[[Revocation], None]:
     def on_revoke(event: Revocation) -> None:
-        revoked.append((clock(), not lease.lost.is_set()))  # is_set() checks valid_until now
+        if event.lock_id == lease.lock_id:
+            revoked.append((clock(), not lease.lost.is_set()))  # is_set() checks valid_until now
 
     return on_revoke
 
@@ -173,65 +231,61 @@ def test_finding_1_the_lease_is_dated_from_the_attempt_whose_value_the_store_hol
     assert lease.valid_until() == pytest.approx(103.4 + LEASE), "dated from R1's start"
 
 
-def test_finding_1_through_the_cassandra_adapter(store: CellStore) -> None:
-    """The review's replay, with the real CassandraStore code over a simulated driver: R1 answers
-    ``WriteTimeout`` (CAS) after applying and the SERIAL re-reads time out; the retry four seconds
-    later sent the *identical* compare-and-set, the store refused it, and ``_cas_result`` reported
-    it applied because the row held "our" values — dating the lease from the retry. leasewatch
-    runs on its own (simulated) CassandraStore."""
+def test_finding_1_through_the_cassandra_adapter(driver: Driver) -> None:
+    """The review's replay, with the real CassandraStore code: R1 answers ``WriteTimeout`` (CAS)
+    after applying and the SERIAL re-reads time out; the retry four seconds later sent the
+    *identical* compare-and-set, the store refused it, and ``_cas_result`` reported it applied
+    because the row held "our" values — dating the lease from the retry. leasewatch runs on a
+    CassandraStore of its own, watching only this lock's shard."""
     clock = Clock(100.0)
-    holder_store, session = simulated_cassandra_store(store, resolve_timeout=0.2)
-    watcher_store, _ = simulated_cassandra_store(store)
-    with holder_store, watcher_store:
-        lease = grant(holder_store, "f1c", clock)
+    lock_id = driver.lock_id("f1c")
+    holder_store, session = driver.faulty(0.2)
+    watcher_store = driver.plain()
+    with watcher_store:
+        lease = grant(holder_store, lock_id, clock)
         revoked: list[tuple[float, bool]] = []
-        watcher = Watcher(
-            watcher_store,
-            grace=GRACE,
-            orphan_after=60,
-            monotonic=clock,
-            on_revoke=revocation_probe(lease, clock, revoked),
-        )
+        probe = revocation_probe(lease, clock, revoked)
+        watcher = Watcher(watcher_store, grace=GRACE, orphan_after=60, monotonic=clock, on_revoke=probe)
         clock.now = 100.1
-        watcher.scan()
+        watcher.scan([index_shard(lock_id)])
 
         clock.now = 103.4  # R1: applied; its answer a CAS WriteTimeout; every SERIAL re-read times out
         session.fail(SimCall.renews, cas_timeout(), applied=True)
         session.fail(lambda call: call.kind == "serial_read", serial_timeout(), applied=False, times=10**6)
         lease.renew(holder_store)
         session.heal()
-        r1_value = holder_value(store, "f1c")
+        r1_value = holder_value(driver.backing, lock_id)
         assert HolderRecord.decode(r1_value).version == 2
         assert lease.renew_failures == 1, "R1's outcome stayed unknown"
         clock.now = 103.5
-        watcher.scan()
+        watcher.scan([index_shard(lock_id)])
 
         clock.now = 107.4  # R2 is refused: the store holds R1's value; the renewal from it finds no host
         session.fail(
             lambda call: call.renews() and call.expected["~holder"] == r1_value, no_host(), applied=False, times=10**6
         )
         lease.renew(holder_store)
-        assert holder_value(store, "f1c") == r1_value
+        assert holder_value(driver.backing, lock_id) == r1_value
 
         watch_until_revoked(watcher, clock, lease, revoked)
         assert lease.valid_until() == pytest.approx(103.4 + LEASE), "dated from R1's start, not the retry's"
 
 
-def test_a_retry_with_a_new_attempt_id_is_not_reported_applied_by_the_adapter(store: CellStore) -> None:
+def test_a_retry_with_a_new_attempt_id_is_not_reported_applied_by_the_adapter(driver: Driver) -> None:
     """The adapter's side of finding 1: ``_cas_result`` and the re-read call a write applied only
     when the values *this call* writes are there."""
-    cassandra_store, session = simulated_cassandra_store(store, resolve_timeout=0.2)
-    with cassandra_store:
-        assert cassandra_store.compare_and_set("r", {"h": None}, {"h": "v1#a0"}).applied
-        session.fail(lambda call: call.kind == "cas", cas_timeout(), applied=True)
-        session.fail(lambda call: call.kind == "serial_read", serial_timeout(), applied=False, times=10**6)
-        with pytest.raises(StoreOutcomeUnknown):
-            cassandra_store.compare_and_set("r", {"h": "v1#a0"}, {"h": "v2#a1"})
-        session.heal()
-        retry = cassandra_store.compare_and_set("r", {"h": "v1#a0"}, {"h": "v2#a2"})
-        assert not retry.applied and retry.current == {"h": "v2#a1"}
-        # The same call sent again (the adapter's own resend) is recognised as applied.
-        assert cassandra_store.compare_and_set("r", {"h": "v1#a0"}, {"h": "v2#a1"}).applied
+    cassandra_store, session = driver.faulty(0.2)
+    row = driver.lock_id("r")
+    assert cassandra_store.compare_and_set(row, {"h": None}, {"h": "v1#a0"}).applied
+    session.fail(lambda call: call.kind == "cas", cas_timeout(), applied=True)
+    session.fail(lambda call: call.kind == "serial_read", serial_timeout(), applied=False, times=10**6)
+    with pytest.raises(StoreOutcomeUnknown):
+        cassandra_store.compare_and_set(row, {"h": "v1#a0"}, {"h": "v2#a1"})
+    session.heal()
+    retry = cassandra_store.compare_and_set(row, {"h": "v1#a0"}, {"h": "v2#a2"})
+    assert not retry.applied and retry.current == {"h": "v2#a1"}
+    # The same call sent again (the adapter's own resend) is recognised as applied.
+    assert cassandra_store.compare_and_set(row, {"h": "v1#a0"}, {"h": "v2#a1"}).applied
 
 
 # -- finding 2: a lock released cleanly is never reported lost -----------------------------------------
@@ -291,20 +345,18 @@ def test_finding_2_a_released_lock_whose_answer_was_lost_is_not_lost_sqlite(sqli
         faulty.inner.close()
 
 
-def test_finding_2_through_the_cassandra_adapter(sqlite_url: str) -> None:
-    """The same with H on the real CassandraStore code over a simulated driver: the release's
-    answer is a CAS ``WriteTimeout`` after it applied, then every call but the renewal times out
+def test_finding_2_through_the_cassandra_adapter(driver: Driver) -> None:
+    """The same with H on the real CassandraStore code: the release's answer is a CAS
+    ``WriteTimeout`` after it applied, then every call but the renewal times out
     (``OperationTimedOut``) — the SERIAL re-reads too, until the second renewal."""
-    backing = open_store(sqlite_url)
-    h_store, session = simulated_cassandra_store(backing, resolve_timeout=0.2)
+    lock_id = driver.lock_id("f2c")
+    h_store, session = driver.faulty(0.2)
     outage, reads_back = threading.Event(), threading.Event()
     with (
-        h_store,
-        backing,
         RemoteLocker(h_store, lease=30, allow_store_clock=True) as h_locker,
-        RemoteLocker(open_store(sqlite_url), lease=30, owns_store=True) as w_locker,
+        RemoteLocker(driver.plain(), lease=30, owns_store=True, allow_store_clock=True) as w_locker,
     ):
-        lock = h_locker.get_lock("f2c")
+        lock = h_locker.get_lock(lock_id)
         reasons: list[str] = []
         lock.on_lost(reasons.append)
         before = lost_count()
@@ -322,7 +374,7 @@ def test_finding_2_through_the_cassandra_adapter(sqlite_url: str) -> None:
         session.fail(released_then_away, cas_timeout(), applied=True)
         session.fail(blocked, OperationTimedOut("Client request timeout"), applied=False, times=10**6)
         assert lock.release() is True
-        w_lock = w_locker.get_lock("f2c", timeout=20)
+        w_lock = w_locker.get_lock(lock_id, timeout=20)
         assert w_lock.held
         lock._lease.renew(h_store)  # finds W's record
         reads_back.set()
@@ -330,6 +382,7 @@ def test_finding_2_through_the_cassandra_adapter(sqlite_url: str) -> None:
         assert not lock.lost.is_set(), f"a released lock reported lost: {lock.lost_reason}"
         assert lock._lease.ended, "settled as released by the renewal"
         outage.clear()
+        session.heal()
         wait_until(lambda: not lock.cleanup_pending, "the pending release to finish", timeout=20)
         assert not lock.lost.is_set(), lock.lost_reason
         assert reasons == [] and lost_count() == before
@@ -465,12 +518,13 @@ def test_a_grant_whose_outcome_stays_unknown_past_the_deadline_is_released_in_th
     ],
     ids=["write-failure", "overloaded", "server-error", "0x1700"],
 )
-def test_finding_3_through_the_cassandra_adapter(store: CellStore, failure: BaseException) -> None:
+def test_finding_3_through_the_cassandra_adapter(driver: Driver, failure: BaseException) -> None:
     """The grant applies (a quorum accepted) and the driver raises the commit step's failure.
     Before the fix WriteFailure, Overloaded and ServerError were plain StoreErrors: get_lock raised
     and the holder record stayed."""
-    cassandra_store, session = simulated_cassandra_store(store)
-    with cassandra_store, RemoteLocker(cassandra_store, lease=30, allow_store_clock=True) as locker:
+    cassandra_store, session = driver.faulty(0.3)
+    lock_id = driver.lock_id("f3c")
+    with RemoteLocker(cassandra_store, lease=30, allow_store_clock=True) as locker:
         session.fail(SimCall.grants, failure, applied=True)
-        assert_granted_and_cleaned_up(store, "f3c", lambda: locker.get_lock("f3c", timeout=10))
+        assert_granted_and_cleaned_up(driver.backing, lock_id, lambda: locker.get_lock(lock_id, timeout=10))
         assert session.failed and session.failed[0][1] is failure

@@ -16,13 +16,17 @@ applied, a row ``([applied], row, col, value)`` per conditioned cell that exists
 nothing for unconditioned statements). The Paxos semantics are the backing store's (one SQLite
 transaction): what this cannot show is what only a real ring does (a proposal a minority accepted,
 completed by a later round) — the Cassandra tests do that, on a real node.
+
+:class:`InjectingSession` wraps a *real* driver session (a modern Cassandra node) with the same
+failure rules: the statement runs on the node (or does not), and the driver's exception object is
+raised — so the same replays run on a real server when ``CHRONOLOCK_TEST_CASSANDRA`` names one.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
@@ -34,7 +38,7 @@ from lockclient.store import CellStore, Table, VersionedTable, parse_store_url
 from lockclient.store.base import ANY
 from lockclient.store.cassandra import PROFILE_CAS, PROFILE_SERIAL, CassandraStore
 
-__all__ = ["SimCall", "SimulatedSession", "simulated_cassandra_store"]
+__all__ = ["InjectingSession", "SimCall", "SimulatedSession", "inject_faults", "simulated_cassandra_store"]
 
 KEYSPACE = "chronolock_sim"
 
@@ -138,21 +142,18 @@ class _Cluster:
         pass
 
 
-class SimulatedSession:
-    """Stands in for ``cassandra.cluster.Session``; see the module docstring."""
+class _Faults:
+    """Failure rules, shared by the simulated session and the injecting wrapper."""
 
-    def __init__(self, backing: CellStore) -> None:
-        self.backing = backing
+    def __init__(self) -> None:
         self._rules: list[_Rule] = []
         self._lock = threading.Lock()
         self.calls: list[SimCall] = []
         self.failed: list[tuple[SimCall, BaseException, bool]] = []
 
-    # -- what a test arranges ---------------------------------------------------------------------
-
     def fail(self, when: Callable[[SimCall], bool], error: BaseException, *, applied: bool, times: int = 1) -> None:
         """The next ``times`` statements for which ``when`` holds raise ``error`` — after being
-        applied to the backing store (``applied``: the answer was lost) or instead of running."""
+        applied (``applied``: the answer was lost) or instead of running."""
         with self._lock:
             self._rules.append(_Rule(when, error, applied, times))
 
@@ -160,13 +161,7 @@ class SimulatedSession:
         with self._lock:
             self._rules.clear()
 
-    # -- the driver's surface ------------------------------------------------------------------------
-
-    def prepare(self, cql: str) -> PreparedStatement:
-        return _Prepared(cql)
-
-    def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> _Result:
-        call, run = self._interpret(statement, params, kwargs.get("execution_profile"))
+    def _run_with_rules(self, call: SimCall, run: Callable[[], Any]) -> Any:
         with self._lock:
             self.calls.append(call)
             rule = next((r for r in self._rules if r.times > 0 and r.when(call)), None)
@@ -179,11 +174,39 @@ class SimulatedSession:
         self.failed.append((call, rule.error, rule.applied))
         raise rule.error
 
+
+class SimulatedSession(_Faults):
+    """Stands in for ``cassandra.cluster.Session``; see the module docstring. ``backing`` None:
+    it only describes statements (what :class:`InjectingSession` uses it for)."""
+
+    def __init__(self, backing: CellStore | None) -> None:
+        super().__init__()
+        self._backing = backing
+
+    @property
+    def backing(self) -> CellStore:
+        assert self._backing is not None, "a describe-only session runs nothing"
+        return self._backing
+
+    # -- the driver's surface ------------------------------------------------------------------------
+
+    def prepare(self, cql: str) -> PreparedStatement:
+        return _Prepared(cql)
+
+    def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> _Result:
+        call, run = self._interpret(statement, params, kwargs.get("execution_profile"))
+        result: _Result = self._run_with_rules(call, run)
+        return result
+
     def execute_async(self, statement: Any, params: Any = None, **kwargs: Any) -> _Future:
         try:
             return _Future(self.execute(statement, params, **kwargs), None)
         except Exception as exc:
             return _Future(None, exc)
+
+    def describe(self, statement: Any, params: Any, profile: object) -> SimCall:
+        """What a failure rule sees of a statement (nothing is run)."""
+        return self._interpret(statement, params, profile)[0]
 
     # -- executing the dialect's statements on the backing store ------------------------------------
 
@@ -200,14 +223,13 @@ class SimulatedSession:
             (row,) = values
             serial = profile == PROFILE_SERIAL
             call = SimCall("serial_read" if serial else "read", versioned, row)
-            store = self.backing
             return call, lambda: _Result(
-                ["col", "value"], sorted(store.read_versioned(row, table=versioned, serial=serial).items())
+                ["col", "value"], sorted(self.backing.read_versioned(row, table=versioned, serial=serial).items())
             )
         return self._last_write_wins(cql, values)
 
     def _last_write_wins(self, cql: str, values: list[Any]) -> tuple[SimCall, Callable[[], _Result]]:
-        store = self.backing
+        store = _Lazy(self)
         if found := _INSERT.match(cql):
             table = Table(_name(found[1]))
             row, col, value, ts, *ttl = values
@@ -243,8 +265,8 @@ class SimulatedSession:
             ttl = rest[0] if rest else None
             cells[col] = value
         assert table is not None and row is not None
-        store, t, r = self.backing, table, row
-        return SimCall("lww_write", t, r), lambda: _void(store.put_cells(t, r, cells, timestamp=ts, ttl=ttl))
+        t, r = table, row
+        return SimCall("lww_write", t, r), lambda: _void(self.backing.put_cells(t, r, cells, timestamp=ts, ttl=ttl))
 
     def _cas(self, parts: list[tuple[str, list[Any]]]) -> tuple[SimCall, Callable[[], _Result]]:
         expected: dict[str, str | None] = {}
@@ -268,16 +290,93 @@ class SimulatedSession:
             table = VersionedTable(_name(found[1]))
         assert table is not None and row is not None
         call = SimCall("cas", table, row, dict(expected), dict(updates))
-        store, t, r = self.backing, table, row
+        t, r = table, row
 
         def run() -> _Result:
-            result = store.compare_and_set(r, expected, updates, table=t)
+            result = self.backing.compare_and_set(r, expected, updates, table=t)
             if result.applied:
                 return _Result(["[applied]"], [(True,)], was_applied=True)
             found_rows = [(False, r, col, value) for col, value in sorted(result.current.items()) if value is not None]
             return _Result(["[applied]", "row", "col", "value"], found_rows, was_applied=False)
 
         return call, run
+
+
+class _Lazy:
+    """The backing store, looked up when a statement runs (a describe-only session has none)."""
+
+    def __init__(self, session: SimulatedSession) -> None:
+        self._session = session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session.backing, name)
+
+
+class InjectingSession(_Faults):
+    """A real driver session with failure rules: a statement a rule matches raises the rule's
+    exception instead of running, or after running on the real node (``applied``)."""
+
+    def __init__(self, real: Any, prepared: Iterable[PreparedStatement] = ()) -> None:
+        super().__init__()
+        self.real = real
+        self._describer = SimulatedSession(None)
+        self._by_id: dict[bytes, PreparedStatement] = {p.query_id: p for p in prepared}
+
+    def prepare(self, cql: str) -> PreparedStatement:
+        prepared = self.real.prepare(cql)
+        self._by_id[prepared.query_id] = prepared
+        return prepared
+
+    def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        call = self._describe(statement, params, kwargs.get("execution_profile"))
+        return self._run_with_rules(call, lambda: self.real.execute(statement, params, **kwargs))
+
+    def execute_async(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        call = self._describe(statement, params, kwargs.get("execution_profile"))
+        with self._lock:
+            matched = any(r.times > 0 and r.when(call) for r in self._rules)
+        if not matched:
+            with self._lock:
+                self.calls.append(call)
+            return self.real.execute_async(statement, params, **kwargs)
+        try:
+            return _Future(self._run_with_rules(call, lambda: self.real.execute(statement, params, **kwargs)), None)
+        except Exception as exc:
+            return _Future(None, exc)
+
+    def _describe(self, statement: Any, params: Any, profile: object) -> SimCall:
+        """The real statement (serialized values, server-assigned ids) as the simulated one."""
+        if isinstance(statement, BatchStatement):
+            plain = BatchStatement()
+            for _, query_id, values in statement._statements_and_parameters:
+                prepared = self._by_id[query_id]
+                decoded = self._decode(prepared, values)
+                plain._statements_and_parameters.append((True, prepared.query_string.encode(), decoded))
+            return self._describer.describe(plain, None, profile)
+        if isinstance(statement, BoundStatement):
+            prepared = statement.prepared_statement
+            bound = _Prepared(prepared.query_string).bind(self._decode(prepared, statement.values))
+            return self._describer.describe(bound, None, profile)
+        return SimCall("other", "", "")
+
+    @staticmethod
+    def _decode(prepared: PreparedStatement, values: Sequence[Any]) -> list[Any]:
+        return [
+            None if value is None else column.type.deserialize(value, 5)
+            for value, column in zip(values, prepared.column_metadata, strict=True)
+        ]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def inject_faults(store: CassandraStore) -> InjectingSession:
+    """Put failure rules between a real :class:`CassandraStore` and its driver session."""
+    dialect = store._dialect
+    session = InjectingSession(store._session, getattr(dialect, "_prepared", {}).values())
+    store._session = session
+    dialect.attach(session)
+    return session
 
 
 def _name(qualified: str) -> str:
