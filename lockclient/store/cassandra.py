@@ -23,10 +23,12 @@ Rules this module keeps (see shared/DESIGN.md section 3):
   (:class:`~lockclient.store.base.VersionedTable`), which are never written
   any other way: a plain write bypasses Paxos and can be reordered with it.
   Unknown outcomes are resolved by value (:meth:`CassandraStore.compare_and_set`).
-* **Errors**: anything the driver raises becomes
-  :class:`~lockclient.errors.StoreUnavailable` (no host, timeouts, not enough
-  replicas) or :class:`~lockclient.errors.StoreError` (everything else), with
-  the driver's exception as ``__cause__``.
+* **Errors**: anything the driver raises is classified by one table
+  (:mod:`lockclient.store.outcomes`): a write that may have applied becomes
+  :class:`~lockclient.errors.StoreOutcomeUnknown` (settled by reading back), one
+  that surely did not :class:`~lockclient.errors.StoreUnavailable` (worth another
+  try) or :class:`~lockclient.errors.StoreError`, with the driver's exception as
+  ``__cause__``.
 
 Cassandra 1.2 (the only Cassandra that runs on the test machines, see
 shared/cassandra-local.md) is reached through ``?protocol_version=1``. Every
