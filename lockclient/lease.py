@@ -45,8 +45,9 @@ remembers as *pending* — every such attempt, each with its own start — and r
 next attempt, dating the lease from the start of the attempt whose value the store holds.
 A removal writes an end record, so a holder that finds its record gone reads who ended it.
 ``lost`` fires for a revocation, an expiry or ``max_hold`` — never for a lock this process
-released: once ``release()`` was called on a valid lease, only an end record naming a
-revocation of it fires ``lost``.
+released: once ``release()`` was called on a valid lease, only a revocation fires ``lost`` (an
+end record naming one, or the record found gone before any release of ours was sent), never
+an expiry — the release may have landed.
 """
 
 from __future__ import annotations
@@ -280,9 +281,9 @@ class HeldLease:
         step reads the end record instead of renewing."""
         self._released_clean = False
         self.releasing = False
-        """release() was called while the lease was valid: from now on ``lost`` fires only for an
-        end record that names a revocation of it (an expiry while the release is pending may be a
-        release that landed — never reported as a loss)."""
+        """release() was called while the lease was valid: from now on ``lost`` fires only for a
+        revocation — an end record naming one, or the record gone before any release of ours was
+        sent — never for an expiry while the release is pending (it may have landed)."""
         self.lost = LostEvent(self)
         self.lost_reason: str | None = None
         self.ended = False
