@@ -225,10 +225,12 @@ class LostEvent(threading.Event):
             if self.is_set():
                 return True
             now = monotonic()
-            wake = self._lease.valid_until()
-            if deadline is not None:
-                wake = min(wake, deadline)
-            if super().wait(max(0.0, wake - now) + 0.001) or self.is_set():
+            # A lease that can still expire into "lost" is looked at again at its deadline; one that
+            # cannot (ended, or being released: see HeldLease.releasing) only when the event is set
+            # or the caller's own deadline comes — never in a loop of 1 ms waits past valid_until.
+            expires = not (self._lease.ended or self._lease.releasing)
+            wakes = [w for w in (self._lease.valid_until() if expires else None, deadline) if w is not None]
+            if super().wait(max(0.0, min(wakes) - now) + 0.001 if wakes else None) or self.is_set():
                 return True
             if deadline is not None and monotonic() >= deadline:
                 return False

@@ -10,7 +10,7 @@ import pytest
 
 from leasewatch.watcher import Watcher
 from lockclient import CellStore, FencedResource, StaleFencingToken, StoreOutcomeUnknown, open_store
-from lockclient.lease import HOLDER_COLUMN, HolderRecord
+from lockclient.lease import HOLDER_COLUMN, HeldLease, HolderRecord
 from lockclient.lockid import index_shard, make_ticket
 from lockclient.settle import ENDED_COLUMN, EndRecord, Found, judge_answer, settle_end
 from lockclient.store import Table, VersionedTable
@@ -160,3 +160,16 @@ def test_every_fenced_write_carries_its_own_attempt_id(store: CellStore) -> None
     second = store.read_versioned("ledger-2", table=VersionedTable.FENCED)["~max-token"]
     assert first != second and first.startswith("5|a|") and second.startswith("5|a|")
     assert guard.highest_token() == 5
+
+
+def test_a_lease_being_released_does_not_expire_into_lost() -> None:
+    """An expiry while a release is pending may be a release that landed: not reported as a loss;
+    a lease nobody released is lost at its deadline."""
+    clock = Clock()
+    record = HolderRecord("me", 1, 5.0, make_ticket(1, "me"), 1, "g")
+    releasing = HeldLease("a", record, renewed_at=clock(), monotonic=clock)
+    held = HeldLease("b", record, renewed_at=clock(), monotonic=clock)
+    releasing.releasing = True
+    clock.now += 6
+    assert not releasing.lost.is_set()
+    assert held.lost.is_set() and held.lost_reason is not None and "no renewal succeeded" in held.lost_reason
