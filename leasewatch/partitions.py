@@ -268,8 +268,11 @@ class PartitionLeases:
             return self._status()
 
     def _next_value(self) -> str:
-        """Every value written is unique (member + a counter): an unknown compare-and-set
-        outcome is settled by finding our own value, as for lock leases."""
+        """Every value written is unique to its compare-and-set — an attempt id made of the member
+        (random per start) and a counter bumped for every call, a retry included — so an unknown
+        outcome is settled exactly at the next refresh, by reading the row back: our member's value
+        there is adopted (``_mine``), as for lock leases (DESIGN.md §7.7). A release is a delete and
+        proves nothing by absence: a refused or unknown one is simply looked at again next refresh."""
         self._version += 1
         return _encode(self.member, self._version, self.lease)
 

@@ -76,13 +76,14 @@ from datetime import UTC, datetime
 
 from leasewatch.observed import Observed
 from lockclient.backoff import BACKOFF_INDEX_MARK
-from lockclient.errors import StoreError
-from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HolderRecord, WaiterRecord, parse_fence
+from lockclient.errors import StoreError, StoreOutcomeUnknown
+from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HolderRecord, WaiterRecord, parse_fence, removal
 from lockclient.lockid import INDEX_SHARDS, index_shard, make_ticket
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Runtime
+from lockclient.settle import ENDED_COLUMN, EndRecord
 from lockclient.store import CasResult, Cell, CellStore, Table
-from lockclient.store.base import CompareAndSet, Delete, Get, Op, ReadRow
+from lockclient.store.base import ANY, CompareAndSet, Delete, Get, Op, ReadRow, new_attempt_id
 from lockclient.store.opener import public_error
 from lockclient.watermark import HEAD, parse_marks
 
@@ -645,16 +646,27 @@ class Watcher:
             self.observed.store_error("revoke", type(exc).__name__, public_error(exc))
 
     def _revoke_holders(self, holders: list[_Stale], reads: _Reads) -> int:
-        ops = [CompareAndSet(key[0], {HOLDER_COLUMN: obs.value}, {HOLDER_COLUMN: None}) for key, obs, _ in holders]
+        # Each revocation writes an end record naming this attempt, in the same compare-and-set:
+        # an outcome the store could not settle is settled by reading it back (_settle_revocation).
+        ends = [
+            EndRecord(obs.token, obs.owner, "revoked", new_attempt_id(self._runtime)).encode() for _, obs, _ in holders
+        ]
+        ops = [
+            CompareAndSet(
+                key[0], {HOLDER_COLUMN: obs.value, ENDED_COLUMN: ANY}, {HOLDER_COLUMN: None, ENDED_COLUMN: end}
+            )
+            for (key, obs, _), end in zip(holders, ends, strict=True)
+        ]
         cleanup: list[Op] = []
         lookups: list[tuple[str, str]] = []
         revoked = 0
         for i, result in self.store.compare_and_set_many(ops):
             (lock_id, _), obs, unchanged = holders[i]
             if isinstance(result, StoreError):
-                log.warning("revoke_failed", lock_id=lock_id, owner=obs.owner, error=str(result))
-                continue
-            if not result.applied:
+                log.warning("revoke_outcome_unknown", lock_id=lock_id, owner=obs.owner, error=str(result))
+                if not self._settle_revocation(lock_id, obs.owner, ends[i]):
+                    continue
+            elif not result.applied:
                 log.info("revoke_skipped", lock_id=lock_id, detail="record changed or already gone")
                 continue
             # Its queue cell (the holder keeps it until it releases), shadowed for good.
@@ -678,6 +690,20 @@ class Watcher:
             self.store.execute_all(cleanup)
         return revoked
 
+    def _settle_revocation(self, lock_id: str, owner: str, end: str) -> bool:
+        """A revocation whose outcome the store could not settle: read the row (SERIAL) — our end
+        record there means it applied; the record still there, that it did not (the lease is read
+        again and found stale again at the next look); anything else, that the holder's own
+        release (or another replica's revocation) ended it — or ours did and a later holder's end
+        overwrote ours: then it is not counted (a revocation is recorded only when proven), and
+        the holder's queue cell, renewed by nobody, is cleared as a dead waiter's."""
+        try:
+            row = self.store.read_versioned(lock_id)
+        except StoreError as exc:
+            log.warning("revoke_unsettled", lock_id=lock_id, owner=owner, error=str(exc))
+            return False
+        return row.get(ENDED_COLUMN) == end
+
     def _revoke_waiters(self, waiters: list[_Stale]) -> int:
         # Re-read right before deleting: a waiter that renewed since our look is alive.
         current = self.store.execute_all([Get(Table.QUEUE, key[0], key[1]) for key, _, _ in waiters])
@@ -699,12 +725,26 @@ class Watcher:
     def _revoke_holder(
         self, lock_id: str, raw: str, reason: str, unchanged: float | None, *, caller: str | None = None
     ) -> bool:
-        """One holder: compare-and-set delete of the record we watched; then its queue cell."""
-        result: CasResult = self.store.compare_and_set(lock_id, {HOLDER_COLUMN: raw}, {HOLDER_COLUMN: None})
-        if not result.applied:
+        """One holder: compare-and-set delete of the record we watched, with its end record; then
+        its queue cell."""
+        try:
+            record = HolderRecord.decode(raw)
+        except StoreError:
+            # Malformed: nobody's lease, so no end record to name it by — a plain conditional delete.
+            if not self.store.compare_and_set(lock_id, {HOLDER_COLUMN: raw}, {HOLDER_COLUMN: None}).applied:
+                return False
+            self._record(lock_id, _owner_of(raw), reason, unchanged, holder=True, caller=caller)
+            return True
+        op = removal(lock_id, raw, record, "revoked", runtime=self._runtime)
+        try:
+            result: CasResult = self.store.compare_and_set(op.row, op.expected, op.updates)
+            applied = result.applied
+        except StoreOutcomeUnknown:
+            end = op.updates[ENDED_COLUMN]
+            applied = end is not None and self._settle_revocation(lock_id, record.owner, end)
+        if not applied:
             log.info("revoke_skipped", lock_id=lock_id, detail="record changed or already gone")
             return False
-        record = HolderRecord.decode(raw)
         if record.ticket:
             cell = self.store.get(Table.QUEUE, lock_id, record.ticket)
             if cell is not None:

@@ -23,6 +23,7 @@ from lockclient.errors import (
     StoreAccessDenied,
     StoreError,
     StoreMisconfigured,
+    StoreOutcomeUnknown,
     StoreUnavailable,
     TimeServiceUnavailable,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "StoreClock",
     "StoreError",
     "StoreMisconfigured",
+    "StoreOutcomeUnknown",
     "StoreUnavailable",
     "TimeServiceClock",
     "TimeServiceUnavailable",

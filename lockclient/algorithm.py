@@ -14,11 +14,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
-from lockclient.errors import LockCancelled, LockTimeout, StoreUnavailable
-from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, format_fence, parse_fence
+from lockclient.errors import LockCancelled, LockTimeout, StoreError, StoreOutcomeUnknown, StoreUnavailable
+from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, format_fence, parse_fence, removal
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Event, Runtime
 from lockclient.store import CellStore
+from lockclient.store.base import new_attempt_id
 from lockclient.store.counting import CountingStore
 from lockclient.wake import LOCAL_WAKEUPS, Wakeups
 
@@ -188,7 +189,10 @@ def take(
     store = attempt.store
     for _ in range(tries):
         token = parse_fence(fence)[0] + 1
-        record = HolderRecord(owner, 1, services.lease, ticket, token)
+        # A fresh attempt id for every grant attempt: the value is this call's alone, so finding
+        # it in the store proves that this very attempt applied (and the lease is dated from its
+        # start, taken before it was sent).
+        record = HolderRecord(owner, 1, services.lease, ticket, token, new_attempt_id(services.runtime))
         value = record.encode()
         started = services.monotonic()
         expected = {**(also_expect or {}), HOLDER_COLUMN: None, FENCE_COLUMN: fence}
@@ -196,8 +200,14 @@ def take(
         try:
             result = store.compare_and_set(attempt.lock_id, expected, updates)
             applied, current = result.applied, dict(result.current)
-        except StoreUnavailable as exc:
-            applied, current = _settle(services, attempt, value, exc)
+        except StoreError as exc:
+            # Whatever the failure — a timeout, 0x1700, a WriteFailure after a quorum accepted
+            # (finding 3 of issue 23: that one used to escape here and orphan the record), even
+            # an error the store classified as "not applied" — the row decides: ours is adopted,
+            # never left behind.
+            applied, current = _settle(services, attempt, record, exc)
+            if not applied and not isinstance(exc, StoreUnavailable):
+                raise  # refused for good (invalid, unauthorized): nothing of ours is there
         if applied:
             return HeldLease(
                 attempt.lock_id, record, renewed_at=started, max_hold=attempt.max_hold, runtime=services.runtime
@@ -216,23 +226,25 @@ def take(
 
 
 def _settle(
-    services: Services, attempt: Acquisition, value: str, cause: StoreUnavailable
+    services: Services, attempt: Acquisition, record: HolderRecord, cause: StoreError
 ) -> tuple[bool, dict[str, str | None]]:
-    """The grant's outcome stayed unknown after the store's own re-reads: keep reading,
-    within the caller's deadline. If the deadline comes first, make sure the lock is not
-    left granted to nobody (a deferred release of our value, if it is there), and give up."""
+    """The grant's outcome stayed unknown after the store's own re-reads (or it failed in a way
+    the store could not classify): keep reading, within the caller's deadline. If the deadline
+    comes first, or the read fails for good, make sure the lock is not left granted to nobody (a
+    deferred release of our value, if it is there), and give up."""
+    value = record.encode()
     pause = 0.05
     while True:
         try:
             row = attempt.store.read_versioned(attempt.lock_id)
-        except StoreUnavailable as exc:
+        except StoreError as exc:
             remaining = attempt.remaining()
             cancelled = attempt.cancel is not None and attempt.cancel.is_set()
-            if cancelled or (remaining is not None and remaining <= pause):
-                _release_if_ours(services, attempt.lock_id, value)
+            if not isinstance(exc, StoreUnavailable) or cancelled or (remaining is not None and remaining <= pause):
+                _release_if_ours(services, attempt.lock_id, record)
                 log.warning("grant_outcome_unknown", lock_id=attempt.lock_id, error=str(exc), cause=str(cause))
                 attempt.check()
-                raise StoreUnavailable(f"the grant's outcome stayed unknown: {exc}") from exc
+                raise StoreOutcomeUnknown(f"the grant's outcome stayed unknown: {exc}") from exc
             attempt.runtime.sleep(pause)
             pause = min(pause * 2, 1.0)
             continue
@@ -240,10 +252,13 @@ def _settle(
         return holder == value, {HOLDER_COLUMN: holder, FENCE_COLUMN: row.get(FENCE_COLUMN)}
 
 
-def _release_if_ours(services: Services, lock_id: str, value: str) -> None:
-    """In the background: delete the holder record if it is the one we proposed."""
+def _release_if_ours(services: Services, lock_id: str, record: HolderRecord) -> None:
+    """In the background: end the holder record if it is the one we proposed (with an end record,
+    like any release), until that is settled — applied, or the record is not ours."""
+    value = record.encode()
 
     def run() -> None:
-        services.store.compare_and_set(lock_id, {HOLDER_COLUMN: value}, {HOLDER_COLUMN: None})
+        op = removal(lock_id, value, record, "released", runtime=services.runtime)
+        services.store.compare_and_set(op.row, op.expected, op.updates)  # raises while unknown: retried
 
     services.keeper.defer(run, what="release an unconfirmed grant", lock_id=lock_id, give_up_after=services.lease * 3)

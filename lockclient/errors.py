@@ -7,6 +7,7 @@ Every error the library or a service raises on purpose derives from
      ├── ConfigurationError          bad store URL, bad settings
      ├── StoreError                  the store failed; ``__cause__`` is the driver's error
      │    ├── StoreUnavailable       the store cannot be reached (timeouts, no hosts, busy)
+     │    │    └── StoreOutcomeUnknown   a write was sent and may have applied: read it back
      │    ├── StoreAccessDenied      credentials rejected, or the node's TLS certificate
      │    │                          did not verify (also a ConfigurationError)
      │    └── StoreMisconfigured     the configured SQLite database cannot be used: its
@@ -37,6 +38,7 @@ __all__ = [
     "StoreAccessDenied",
     "StoreError",
     "StoreMisconfigured",
+    "StoreOutcomeUnknown",
     "StoreUnavailable",
     "TimeServiceUnavailable",
 ]
@@ -56,6 +58,17 @@ class StoreError(ChronolockError):
 
 class StoreUnavailable(StoreError):
     """The cell store cannot be reached now (timeout, no live hosts, database busy)."""
+
+
+class StoreOutcomeUnknown(StoreUnavailable):
+    """A write was sent and the store could not say whether it applied (a timeout after the
+    request left, Cassandra's "CAS operation result is unknown", a connection lost mid-request,
+    a failure of the commit step after a quorum accepted). It may have applied already, or
+    apply later: settle it by reading the value back (every compare-and-set value carries an
+    attempt id, so "my value is there" is proof), never by assuming either way.
+
+    Every other :class:`StoreError` raised by a write means it did *not* apply
+    (:mod:`lockclient.store.outcomes` classifies each driver failure)."""
 
 
 class StoreAccessDenied(StoreError, ConfigurationError):

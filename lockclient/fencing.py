@@ -19,14 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lockclient.errors import ChronolockError, StoreUnavailable
+from lockclient.errors import ChronolockError, StoreOutcomeUnknown, StoreUnavailable
 from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CellStore, VersionedTable
+from lockclient.store.base import new_attempt_id
 
 __all__ = ["FencedResource", "StaleFencingToken"]
 
 _MAX = "~max-token"
-"""The highest token accepted, and by whom: ``"<token>|<holder>"`` (holder may be empty)."""
+"""The highest token accepted, by whom, and the attempt that wrote it: ``"<token>|<holder>|<attempt>"``
+(holder may be empty; records written before attempt ids are ``"<token>|<holder>"``). The attempt id
+makes every write's value its own, so an outcome the store could not tell is settled exactly by
+reading it back (DESIGN.md §7.7)."""
 
 
 class StaleFencingToken(ChronolockError):
@@ -56,8 +60,8 @@ class StaleFencingToken(ChronolockError):
 def _parse_max(raw: str | None) -> tuple[int, str]:
     if raw is None:
         return 0, ""
-    number, _, holder = raw.partition("|")
-    return int(number), holder
+    number, _, rest = raw.partition("|")
+    return int(number), rest.partition("|")[0]
 
 
 class FencedResource:
@@ -86,7 +90,7 @@ class FencedResource:
 
     def admit(self, token: int, *, holder: str | None = None, timeout: float | None = 10.0) -> None:
         """Record ``token`` as seen; raise :class:`StaleFencingToken` if it must be refused."""
-        self._retrying(lambda: self._apply(token, holder, {}), timeout)
+        self._retrying(lambda unsettled: self._apply(token, holder, {}, unsettled), timeout)
 
     def write(
         self, token: int, key: str, value: str | None, *, holder: str | None = None, timeout: float | None = 10.0
@@ -97,17 +101,22 @@ class FencedResource:
         nothing), then :class:`~lockclient.errors.StoreUnavailable` is raised."""
         if key == _MAX:
             raise ValueError(f"{_MAX!r} is reserved")
-        self._retrying(lambda: self._apply(token, holder, {key: value}), timeout)
+        self._retrying(lambda unsettled: self._apply(token, holder, {key: value}, unsettled), timeout)
 
-    def _retrying(self, step: Callable[[], None], timeout: float | None) -> None:
+    def _retrying(self, step: Callable[[bool], None], timeout: float | None) -> None:
+        """Run ``step`` until it succeeds or ``timeout`` runs out. ``step`` is told whether an
+        earlier attempt's outcome stayed unknown (it may have applied: a refusal that follows
+        cannot say it did not)."""
         monotonic = self._runtime.monotonic
         deadline = None if timeout is None else monotonic() + timeout
         pause = 0.05
+        unsettled = False
         while True:
             try:
-                step()
+                step(unsettled)
                 return
-            except StoreUnavailable:
+            except StoreUnavailable as exc:
+                unsettled = unsettled or isinstance(exc, StoreOutcomeUnknown)
                 if deadline is not None and monotonic() + pause >= deadline:
                     raise
                 self._runtime.sleep(pause)
@@ -116,13 +125,13 @@ class FencedResource:
     def read(self, key: str) -> str | None:
         return self._row().get(key)
 
-    def _apply(self, token: int, holder: str | None, writes: dict[str, str | None]) -> None:
+    def _apply(self, token: int, holder: str | None, writes: dict[str, str | None], unsettled: bool = False) -> None:
         if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
             raise ValueError(f"a fencing token is a positive integer, got {token!r}")
         if holder is not None and ("|" in holder or not holder):
             raise ValueError(f"holder must be a non-empty owner id without '|', got {holder!r}")
         mine = holder or ""
-        uncertain = False
+        uncertain = unsettled
         while True:
             row = self._row()
             raw = row.get(_MAX)
@@ -131,7 +140,8 @@ class FencedResource:
                 raise StaleFencingToken(token, highest, self.name, holder=by, maybe_applied=uncertain)
             expected: dict[str, str | None] = {_MAX: raw}
             expected.update({key: row.get(key) for key in writes})
-            updates: dict[str, str | None] = {_MAX: f"{token}|{mine}", **writes}
+            # A fresh attempt id per compare-and-set: "my value is there" proves this call applied.
+            updates: dict[str, str | None] = {_MAX: f"{token}|{mine}|{new_attempt_id(self._runtime)}", **writes}
             result = self.store.compare_and_set(self.name, expected, updates, table=VersionedTable.FENCED)
             if result.applied:
                 return

@@ -216,7 +216,9 @@ class Keeper:
             lease.check_expiry()  # no store call: fires lost at valid_until exactly
             if lease.lost.is_set():
                 self._holders.discard(lease)
-            elif not lease.ended:
+            elif not lease.ended and not lease.releasing:
+                # (A lease being released does not expire into "lost": the release may have landed.
+                # Its renewals go on until the release is settled; no expiry check to schedule.)
                 self._push(lease.valid_until(), _EXPIRE, lease)
             return None
         if kind == _TASK:

@@ -12,8 +12,9 @@ one compare-and-set on that row:
   grant order. The compare-and-set is also what makes the lock exclusive: two
   contenders can never both find ``~holder`` absent and write it.
 * **renew** (every ``lease/3``): ``~holder`` = me@v → me@v+1;
-* **release**: ``~holder`` = me@v → absent;
-* **revoke** (leasewatch): ``~holder`` = the value it watched go stale → absent.
+* **release**: ``~holder`` = me@v → absent, ``~ended`` = my end record (released);
+* **revoke** (leasewatch): ``~holder`` = the value it watched go stale → absent, ``~ended`` = its
+  end record (revoked).
 
 A renewal and a revocation can never both succeed on the same version, and a holder
 learns of its revocation at its very next renewal.
@@ -36,10 +37,17 @@ timestamps. Waiters never touch the lock's Paxos row, so they never contend with
 holder or with each other there. A waiter wrongly revoked only loses its place: its
 cell is deleted with a timestamp no later renewal can beat, and it queues again.
 
-**Unknown outcomes.** Every value written here is unique (owner + version), so a
-compare-and-set whose outcome was unknown is settled by value: the adapters resolve
+**Unknown outcomes** (:mod:`lockclient.settle`, DESIGN.md §7.7). Every value written here
+carries an attempt id, fresh for every compare-and-set — a renewal's retry too — so a
+compare-and-set whose outcome was unknown is settled exactly by value: the adapters resolve
 what they can (``CellStore.compare_and_set``); what they could not settle, the lease
-remembers as *pending* and recognises at its next attempt.
+remembers as *pending* — every such attempt, each with its own start — and recognises at its
+next attempt, dating the lease from the start of the attempt whose value the store holds.
+A removal writes an end record, so a holder that finds its record gone reads who ended it.
+``lost`` fires for a revocation, an expiry or ``max_hold`` — never for a lock this process
+released: once ``release()`` was called on a valid lease, only a revocation fires ``lost`` (an
+end record naming one, or the record found gone before any release of ours was sent), never
+an expiry — the release may have landed.
 """
 
 from __future__ import annotations
@@ -52,13 +60,15 @@ from functools import partial
 from typing import Any
 
 from lockclient import metrics
-from lockclient.errors import StoreError
+from lockclient.errors import StoreError, StoreUnavailable
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Runtime
+from lockclient.settle import ENDED_COLUMN, EndRecord, Found, How, judge_answer, settle_end
 from lockclient.store import CasResult, CellStore, Table
-from lockclient.store.base import CompareAndSet
+from lockclient.store.base import ANY, CompareAndSet, new_attempt_id
 
 __all__ = [
+    "ENDED_COLUMN",
     "FENCE_COLUMN",
     "HOLDER_COLUMN",
     "HeldLease",
@@ -69,6 +79,7 @@ __all__ = [
     "WaiterRecord",
     "format_fence",
     "parse_fence",
+    "removal",
 ]
 
 HOLDER_COLUMN = "~holder"
@@ -98,24 +109,52 @@ class HolderRecord:
     lease: float
     ticket: str
     token: int
+    attempt: str = ""
+    """The id of the compare-and-set that wrote this value (grant or renewal): unique per call, so
+    two attempts of the same change never write the same value. Empty in records written before
+    attempt ids existed (still decoded)."""
 
     def encode(self) -> str:
-        return json.dumps(
-            {"o": self.owner, "v": self.version, "l": self.lease, "t": self.ticket, "f": self.token},
-            separators=(",", ":"),
-            sort_keys=True,
-        )
+        data: dict[str, object] = {"o": self.owner, "v": self.version, "l": self.lease, "t": self.ticket}
+        data["f"] = self.token
+        if self.attempt:
+            data["a"] = self.attempt
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def decode(cls, raw: str) -> HolderRecord:
         data = _loads(raw, "holder record")
         try:
-            return cls(str(data["o"]), int(data["v"]), float(data["l"]), str(data["t"]), int(data["f"]))
+            return cls(
+                str(data["o"]),
+                int(data["v"]),
+                float(data["l"]),
+                str(data["t"]),
+                int(data["f"]),
+                str(data.get("a", "")),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"malformed holder record {raw[:100]!r}") from exc
 
-    def renewed(self) -> HolderRecord:
-        return replace(self, version=self.version + 1)
+    def renewed(self, runtime: Runtime = THREADS) -> HolderRecord:
+        """The next version, with a fresh attempt id (a new one for every renewal attempt)."""
+        return replace(self, version=self.version + 1, attempt=new_attempt_id(runtime))
+
+    def end(self, how: How, attempt: str | None = None, *, runtime: Runtime = THREADS) -> str:
+        """The end record a removal of this record writes."""
+        return EndRecord(self.token, self.owner, how, attempt or new_attempt_id(runtime)).encode()
+
+
+def removal(lock_id: str, value: str, record: HolderRecord, how: How, *, runtime: Runtime = THREADS) -> CompareAndSet:
+    """The compare-and-set that ends the holder record ``value`` of ``lock_id`` (its owner's
+    release, or a revocation): delete it if it is exactly that value, and write its end record —
+    whatever ``~ended`` held, the previous holder's end (:data:`~lockclient.store.base.ANY`).
+    A fresh attempt id per call."""
+    return CompareAndSet(
+        lock_id,
+        {HOLDER_COLUMN: value, ENDED_COLUMN: ANY},
+        {HOLDER_COLUMN: None, ENDED_COLUMN: record.end(how, runtime=runtime)},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +226,12 @@ class LostEvent(threading.Event):
             if self.is_set():
                 return True
             now = monotonic()
-            wake = self._lease.valid_until()
-            if deadline is not None:
-                wake = min(wake, deadline)
-            if super().wait(max(0.0, wake - now) + 0.001) or self.is_set():
+            # A lease that can still expire into "lost" is looked at again at its deadline; one that
+            # cannot (ended, or being released: see HeldLease.releasing) only when the event is set
+            # or the caller's own deadline comes — never in a loop of 1 ms waits past valid_until.
+            expires = not (self._lease.ended or self._lease.releasing)
+            wakes = [w for w in (self._lease.valid_until() if expires else None, deadline) if w is not None]
+            if super().wait(max(0.0, min(wakes) - now) + 0.001 if wakes else None) or self.is_set():
                 return True
             if deadline is not None and monotonic() >= deadline:
                 return False
@@ -211,7 +252,9 @@ class HeldLease:
         renewed_at: float,
         max_hold: float | None = None,
         runtime: Runtime = THREADS,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
+        """``monotonic`` overrides the runtime's clock (tests move time by hand)."""
         self.lock_id = lock_id
         self.owner = record.owner
         self.ticket = record.ticket
@@ -219,7 +262,7 @@ class HeldLease:
         self.token = record.token
         self.max_hold = max_hold
         self.runtime = runtime
-        self.monotonic = runtime.monotonic
+        self.monotonic = monotonic or runtime.monotonic
         self.record = record
         self.value = record.encode()
         self.renewed_at = renewed_at
@@ -233,12 +276,20 @@ class HeldLease:
         """It had to wait for its turn: others are likely queued behind it when it releases."""
         self.proposal_seen: str | None = None
         """Fair queue: the lock's watermark proposal as the look before the grant read it."""
-        self._pending: tuple[HolderRecord, str, float] | None = None
-        """A renewal whose outcome stayed unknown: (record, value, start); ours if found."""
-        self._release_tried = False
+        self._pending: dict[str, tuple[HolderRecord, float]] = {}
+        """Renewals whose outcome stayed unknown, since the last proven value: value -> (record,
+        start). All are conditional on the same current value, so at most one of them applied;
+        the one whose value the store holds is adopted, dated from its own start."""
+        self._release_sent = False
+        """A release of ours was sent and its outcome is not known (it may have landed)."""
+        self._read_end = False
+        """Our record was found gone or replaced while a release of ours may have landed: the next
+        step reads the end record instead of renewing."""
         self._released_clean = False
         self.releasing = False
-        """release() was called: a record found gone is a release that landed, not a loss."""
+        """release() was called while the lease was valid: from now on ``lost`` fires only for a
+        revocation — an end record naming one, or the record gone before any release of ours was
+        sent — never for an expiry while the release is pending (it may have landed)."""
         self.lost = LostEvent(self)
         self.lost_reason: str | None = None
         self.ended = False
@@ -258,7 +309,7 @@ class HeldLease:
         return self.renewed_at + self.lease
 
     def check_expiry(self) -> None:
-        if not self.ended and self.monotonic() >= self.valid_until():
+        if not self.ended and not self.releasing and self.monotonic() >= self.valid_until():
             self._fire_lost(f"no renewal succeeded within the lease ({self.lease:g} s)")
 
     def next_due(self) -> float:
@@ -278,13 +329,18 @@ class HeldLease:
             if self.ended:
                 return
             started = self.last_attempt_at = self.monotonic()
-            for _ in range(2):  # once more if the row held an earlier proposal of ours
-                op, new, new_value = self.renewal()
-                try:
-                    outcome: CasResult | StoreError = store.compare_and_set(op.row, op.expected, op.updates)
-                except StoreError as exc:
-                    outcome = exc
-                verdict, lost_reason = self.settle_renewal(new, new_value, started, outcome)
+            # Once more if the row held an earlier attempt of ours (adopted: renew from it), and
+            # once more again if our record was gone while a release of ours was pending.
+            for _ in range(3):
+                if self._read_end:
+                    verdict, lost_reason = self._settle_from_row(store)
+                else:
+                    op, new, new_value = self.renewal()
+                    try:
+                        outcome: CasResult | StoreError = store.compare_and_set(op.row, op.expected, op.updates)
+                    except StoreError as exc:
+                        outcome = exc
+                    verdict, lost_reason = self.settle_renewal(new, new_value, started, outcome)
                 if verdict != "again":
                     break
         if lost_reason is not None:
@@ -311,8 +367,9 @@ class HeldLease:
         self._mutex.release()
 
     def renewal(self) -> tuple[CompareAndSet, HolderRecord, str]:
-        """The next renewal's compare-and-set (caller holds the mutex)."""
-        new = self.record.renewed()
+        """The next renewal's compare-and-set (caller holds the mutex): a new version and a new
+        attempt id, also when it repeats a renewal whose outcome is unknown."""
+        new = self.record.renewed(self.runtime)
         new_value = new.encode()
         op = CompareAndSet(self.lock_id, {HOLDER_COLUMN: self.value}, {HOLDER_COLUMN: new_value})
         return op, new, new_value
@@ -321,81 +378,129 @@ class HeldLease:
         self, new: HolderRecord, new_value: str, started: float, outcome: CasResult | StoreError
     ) -> tuple[str, str | None]:
         """Take a renewal's outcome into account (caller holds the mutex). Returns a verdict —
-        ``ok``, ``error``, ``again`` (an earlier proposal of ours was found applied: renew once
-        more from it) or ``lost`` — and the reason to fire the lost signal with, if any (the
+        ``ok``, ``error``, ``again`` (an earlier attempt of ours was found applied: renew once
+        more from it; or our record is gone while a release of ours is pending: read its end
+        record next) or ``lost`` — and the reason to fire the lost signal with, if any (the
         caller fires it after letting go of the mutex)."""
         if isinstance(outcome, StoreError):
-            # Outcome unknown even after the adapter's re-reads: remember the proposal, so that
-            # finding it later proves it applied (values are unique).
-            self._pending = (new, new_value, started)
+            # Outcome unknown even after the adapter's re-reads: remember the attempt, so that
+            # finding its value later proves it applied (attempt ids make every value unique).
+            self._pending[new_value] = (new, started)
             self.renew_failures += 1
             metrics.RENEWALS.labels("error").inc()
             log.warning("lease_renewal_failed", lock_id=self.lock_id, owner=self.owner, error=str(outcome))
             return "error", None
         if outcome.applied:
-            self._adopt(new, new_value, started)
+            self._adopt(new, started, value=new_value)
             metrics.RENEWALS.labels("ok").inc()
             return "ok", None
         current = outcome.current.get(HOLDER_COLUMN)
-        if self._adopt_pending(current):
+        found = judge_answer(current, ours=self.value, pending=self._pending, release_sent=self._release_sent)
+        if found is Found.PENDING:
+            assert current is not None
+            self._adopt(*self._pending[current], value=current)
             return "again", None
-        if current is None and self.releasing and self._release_tried:
-            self._end(clean=True)  # our release landed; its answer was lost
-            return "ok", None
+        if found is Found.READ_END:
+            # Finding 2 of issue 23: a release of ours may have landed (its answer was lost) and
+            # the next holder been granted since. Who ended our record decides, not "it is gone".
+            self._read_end = True
+            return "again", None
+        if found is Found.OURS:
+            # Refused while holding exactly what it expected: not a loss; try again later.
+            self.renew_failures += 1
+            return "error", None
         metrics.RENEWALS.labels("revoked").inc()
         return "lost", "lease revoked" if current is None else "lease record changed by another writer"
 
-    def _adopt(self, record: HolderRecord, value: str, started: float) -> None:
-        self.record, self.value = record, value
+    def _settle_from_row(self, store: CellStore) -> tuple[str, str | None]:
+        """Read the row (SERIAL) and settle who ended our record (caller holds the mutex)."""
+        try:
+            row = store.read_versioned(self.lock_id)
+        except StoreError as exc:
+            self.renew_failures += 1
+            log.warning("lease_end_read_failed", lock_id=self.lock_id, owner=self.owner, error=str(exc))
+            return "error", None
+        self._read_end = False
+        verdict = self._settled(row, self.monotonic())
+        if verdict is Found.PENDING or verdict is Found.OURS:
+            return "again", None
+        if verdict is Found.RELEASED:
+            return "ok", None
+        metrics.RENEWALS.labels("revoked").inc()
+        return "lost", "lease revoked" if row.get(HOLDER_COLUMN) is None else "lease record changed by another writer"
+
+    def _settled(self, row: dict[str, str], seen_at: float) -> Found:
+        """Apply :func:`lockclient.settle.settle_end` to a row read linearizably (caller holds the
+        mutex): adopts a pending value, or ends the lease when our release landed."""
+        settled = settle_end(
+            row,
+            ours=self.value,
+            pending=self._pending,
+            token=self.token,
+            owner=self.owner,
+            holder_column=HOLDER_COLUMN,
+            release_sent=self._release_sent,
+            seen_before_valid_until=seen_at < self.valid_until(),
+        )
+        if settled.found is Found.PENDING:
+            current = row[HOLDER_COLUMN]
+            self._adopt(*self._pending[current], value=current)
+        elif settled.found is Found.RELEASED:
+            if not settled.proven:
+                log.info("release_settled_unproven", lock_id=self.lock_id, owner=self.owner)
+            self._end(clean=True)
+        return settled.found
+
+    def _adopt(self, record: HolderRecord, started: float, value: str | None = None) -> None:
+        """The store holds ``record`` (written by an attempt that started at ``started``): go on
+        from it, dated from that start — never from a later attempt's (finding 1)."""
+        self.record, self.value = record, value if value is not None else record.encode()
         self.renewed_at = max(self.renewed_at, started)
         self.renew_failures = 0
-        self._pending = None
-
-    def _adopt_pending(self, current: str | None) -> bool:
-        """The row holds the value of an earlier attempt whose answer was lost: it applied.
-        Go on from it (caller holds the mutex). False if ``current`` is not that value."""
-        pending = self._pending
-        if pending is None or current != pending[1]:
-            return False
-        self._adopt(*pending)
-        return True
+        self._pending.clear()
 
     def release(self, store: CellStore) -> bool:
-        """Delete the record if it is still ours. True if it was ours until now; False if it
-        had been revoked or changed (the lock was lost). Raises StoreError when the outcome
-        stays unknown — the caller retries, and a retry recognises an earlier success."""
+        """Delete the record if it is still ours, writing our end record. True if it was ours
+        until now; False if it had been revoked (the lock was lost). Raises StoreError when the
+        outcome stays unknown — the caller retries, and a retry recognises an earlier success by
+        its end record."""
         with self._mutex:
             if self.ended:
                 return self._released_clean
-            for _ in range(2):
-                sent_at = self.monotonic()
-                result = store.compare_and_set(self.lock_id, {HOLDER_COLUMN: self.value}, {HOLDER_COLUMN: None})
+            for _ in range(3):
+                op = removal(self.lock_id, self.value, self.record, "released", runtime=self.runtime)
+                try:
+                    result = store.compare_and_set(op.row, op.expected, op.updates)
+                except StoreError:
+                    self._release_sent = True  # it may have landed: a later "gone" may be ours
+                    raise
                 if result.applied:
                     self._end(clean=True)
                     return True
                 current = result.current.get(HOLDER_COLUMN)
-                if result.uncertain and sent_at < self.valid_until():
-                    # Outcome unknown and the lock has a new holder already (a contended
-                    # hand-over on a ring). Our lease was valid when the delete left, so no
-                    # revocation could have removed our record before it (leasewatch waits
-                    # lease + grace past our last renewal): the record was ours until our
-                    # delete, which therefore applied, and the next waiter took the lock.
-                    self._end(clean=True)
-                    return True
-                if current is None and self._release_tried:
-                    # Gone after an attempt of ours whose answer was lost: that was us (a
-                    # revocation meanwhile would have needed our value, which only we renew).
-                    self._end(clean=True)
-                    return True
-                if not self._adopt_pending(current):
-                    break
-            self._fire_lost("lease revoked before release")
-            self._end(clean=False)
-            return False
+                sent = self._release_sent or result.uncertain  # an uncertain answer may be ours
+                found = judge_answer(current, ours=self.value, pending=self._pending, release_sent=sent)
+                if found is Found.PENDING:
+                    assert current is not None
+                    self._adopt(*self._pending[current], value=current)
+                    continue  # an earlier renewal of ours applied: release from it
+                if found is Found.READ_END:
+                    self._release_sent = sent
+                    row = store.read_versioned(self.lock_id)  # StoreError: retried by the caller
+                    found = self._settled(row, self.monotonic())
+                    if found is Found.RELEASED:
+                        return True
+                if found is Found.LOST or found is Found.REVOKED:
+                    self._fire_lost("lease revoked before release")
+                    self._end(clean=False)
+                    return False
+            # Refused while the row held our own (adopted) value three times: not settled — the
+            # caller retries later, and nothing is reported lost.
+            raise StoreUnavailable(f"release of {self.lock_id!r} was refused while the record is ours")
 
     def note_release_attempt(self) -> None:
-        """A release call raised (outcome unknown): a later "already gone" is our own doing."""
-        self._release_tried = True
+        """A release call raised (outcome unknown): a later "already gone" may be our own doing."""
+        self._release_sent = True
 
     def _end(self, *, clean: bool) -> None:
         self.ended = True

@@ -293,7 +293,7 @@ class RemoteLocker:
             clock=self.clock,
             timestamps=timestamps,
             keeper=Keeper(store, timestamps.next, workers=keeper_workers, runtime=runtime),
-            watermarks=Watermarks(),
+            watermarks=Watermarks(runtime),
             signals=InProcessSignals(runtime),
             waker=waker,
             lease=lease,

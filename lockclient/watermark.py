@@ -41,7 +41,9 @@ import threading
 from collections.abc import Mapping
 
 from lockclient.lockid import make_ticket, ticket_time
+from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CellStore, Table
+from lockclient.store.base import new_attempt_id
 
 __all__ = ["HEAD", "PROPOSED", "WINDOW_US", "Watermarks", "parse_marks"]
 
@@ -52,8 +54,9 @@ EVERY_GRANTS = 64
 tombstones come from past hand-overs, which the fencing token counts. A lock used now and then
 never publishes (its few tombstones cost nothing), and no new lock id pays for a publication."""
 HEAD = "~wm-head"
-"""``"<ticket time>|<fencing token when published>"``."""
+"""``"<ticket time>|<fencing token when published>|<attempt id>"``."""
 PROPOSED = "~wm-proposed"
+"""``"<ticket time>|<attempt id>"`` (``"<ticket time>"`` before attempt ids)."""
 
 
 def _time(value: str | None) -> int:
@@ -67,7 +70,7 @@ def parse_marks(row: Mapping[str, str]) -> tuple[int, int]:
 
 
 def _head_token(row: Mapping[str, str]) -> int:
-    token = (row.get(HEAD) or "").partition("|")[2]
+    token = (row.get(HEAD) or "").partition("|")[2].partition("|")[0]
     return int(token) if token.isdigit() else 0
 
 
@@ -75,7 +78,8 @@ class Watermarks:
     """What this process knows of each lock's published watermark (a cache of a
     max-register: never ahead of the store, only ever moving forward)."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Runtime = THREADS) -> None:
+        self._runtime = runtime
         self._lock = threading.Lock()
         self._published: dict[str, int] = {}
         self._head_token: dict[str, int] = {}
@@ -122,21 +126,24 @@ class Watermarks:
         if candidate <= published:
             return published
         if candidate > proposed:
-            _raise(store, lock_id, PROPOSED, candidate, str(candidate))
+            _raise(store, lock_id, PROPOSED, candidate, f"{candidate}|{new_attempt_id(self._runtime)}")
         # Strictly after the proposal is committed: any contender we miss here sees it.
         lowest = store.read_row(Table.QUEUE, lock_id, start=make_ticket(published, ""), limit=1)
         bound = candidate
         if lowest and ticket_time(lowest[0].column) < candidate:
             bound = ticket_time(lowest[0].column)  # a live cell below: keep it visible
         if bound > published:
-            published = _raise(store, lock_id, HEAD, bound, f"{bound}|{token}")
+            published = _raise(store, lock_id, HEAD, bound, f"{bound}|{token}|{new_attempt_id(self._runtime)}")
             self._note(lock_id, published, token)
         return published
 
 
 def _raise(store: CellStore, lock_id: str, column: str, value: int, encoded: str) -> int:
     """A max-register by compare-and-set: set ``column`` to ``encoded`` (whose time is
-    ``value``) unless it already holds at least that time. Returns the time it holds after."""
+    ``value``, and which carries an attempt id like every compare-and-set value) unless it
+    already holds at least that time. Returns the time it holds after. A max-register needs no
+    more than "it holds at least ``value``", so an outcome the store left unknown (it raises) is
+    simply tried again by the caller's next publication."""
     current = store.read_versioned(lock_id, serial=False).get(column)
     while True:
         if _time(current) >= value:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from lockclient.errors import ChronolockError
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HolderRecord, WaiterRecord, parse_fence
 from lockclient.lockid import ticket_time
+from lockclient.settle import ENDED_COLUMN, EndRecord
 from lockclient.store import Table, VersionedTable
 from sim.world import EPOCH_NS, NS, Process
 
@@ -87,6 +88,8 @@ class Checkers:
         self._now_done: list[int] = []
         self._now_prefix_max: list[int] = []
         self._holder_removed: dict[str, int] = {}
+        self._removed_how: dict[str, str] = {}
+        """owner -> how its holder record ended: released, revoked (its end record says), deleted."""
         self._last_renewal: dict[str, int] = {}
         self.revocation_checks: list[tuple[str, str, int, int]] = []
         """(lock id, owner, crash time, deadline) of holders that died while leasewatch was healthy."""
@@ -126,7 +129,10 @@ class Checkers:
             record = _holder(old)
             if record is not None:
                 self._holder_removed[record.owner] = now
-                self.sim.record("holder_gone", lock=row, owner=record.owner)
+                end = EndRecord.decode(updates.get(ENDED_COLUMN))
+                how = end.how if end is not None and end.ends(record.token, record.owner) else "deleted"
+                self._removed_how[record.owner] = how
+                self.sim.record("holder_gone", lock=row, owner=record.owner, how=how)
         elif new is not None:
             record = _holder(new)
             if record is not None:
@@ -164,7 +170,8 @@ class Checkers:
         raw = updates.get(FENCED_MAX)
         if raw is None:
             return
-        number, _, holder = raw.partition("|")
+        number, _, rest = raw.partition("|")
+        holder = rest.partition("|")[0]  # "token|holder|attempt id"
         token = int(number)
         last = self._fenced_last.get(row)
         if last is not None and (token < last[0] or (token == last[0] and holder != last[1])):
@@ -216,6 +223,11 @@ class Checkers:
             self._lost_after_clean_release(state)
 
     def _lost_after_clean_release(self, state: HolderState) -> None:
+        # lost may fire for a lock whose release() was called if it was revoked before the release
+        # landed (README: lost fires for a revocation, an expiry or max_hold) — never when the
+        # record was ended by this owner's own release.
+        if self._removed_how.get(state.lock.owner) == "revoked":
+            return
         self.violation(
             "lost",
             f"{state.lock_id}: {state.lock.owner} released the lock cleanly (release() answered True) and "

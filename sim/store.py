@@ -31,26 +31,28 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cassandra import ConsistencyLevel, OperationTimedOut, Unavailable, WriteFailure, WriteTimeout, WriteType
+from cassandra.protocol import ErrorMessage
 from sortedcontainers import SortedDict
 
-from lockclient.errors import StoreError, StoreUnavailable
+from lockclient.errors import StoreError
 from lockclient.store import CasResult, Cell, CellStore, Table, VersionedTable
 from lockclient.store.base import (
     CompareAndSet,
     Delete,
     Get,
     Op,
-    Outcome,
     Pending,
     Put,
     ReadRow,
     ReadVersioned,
     check_cas_arguments,
-    check_updates_visible,
-    columns_of,
-    resolve_by_value,
+    conditioned,
     validate_limit,
 )
+from lockclient.store.cassandra import translate_error
+from lockclient.store.outcomes import CAS_RESULT_UNKNOWN
+from lockclient.store.settling import not_applied_answer, serial_read, settled_compare_and_set
 from sim.world import NS, Waiter
 
 if TYPE_CHECKING:
@@ -169,10 +171,13 @@ class SimCells:
     def compare_and_set(
         self, table: str, row: str, expected: Mapping[str, str | None], updates: Mapping[str, str | None]
     ) -> CasResult:
+        """Linearizable, as Paxos: every real condition must hold (``ANY`` columns are written
+        unconditioned). Not applied: ``current`` holds the conditioned columns, as Cassandra
+        answers a failed conditional batch."""
         current = self._versioned.get((table, row), {})
-        columns = columns_of(expected, updates)
-        if any(current.get(column) != want for column, want in expected.items()):
-            return CasResult(applied=False, current={c: current.get(c) for c in columns})
+        conditions = conditioned(expected)
+        if any(current.get(column) != want for column, want in conditions.items()):
+            return CasResult(applied=False, current={c: current.get(c) for c in conditions})
         stored = self._versioned.setdefault((table, row), {})
         for column, value in updates.items():
             if value is None:
@@ -184,7 +189,7 @@ class SimCells:
         self.applied_cas.append((self._world.now, table, row, dict(expected), dict(updates)))
         if self.on_cas is not None:
             self.on_cas(self._world.now, table, row, expected, updates)
-        return CasResult(applied=True, current={**expected, **updates})
+        return CasResult(applied=True, current={**conditions, **updates})
 
 
 class Network:
@@ -216,16 +221,58 @@ class Network:
         return self.cut.get(process.name, -1) > self.world.now
 
 
-class _Unknown(StoreUnavailable):
-    """A compare-and-set answered "outcome unknown" (WriteTimeout of type CAS, error 0x1700)."""
+def _cas_unknown(applied: bool, rng_draw: float) -> BaseException:
+    """What a 4.1 ring answers a compare-and-set whose outcome it cannot tell — the driver's own
+    exception objects, classified by :mod:`lockclient.store.outcomes` like any real answer. A
+    commit that timed out after a quorum accepted (write type SIMPLE) only ever follows an
+    applied proposal."""
+    error: BaseException
+    if applied and rng_draw < 0.2:
+        error = WriteTimeout(
+            "Operation timed out - received only 1 responses.",
+            consistency=ConsistencyLevel.QUORUM,
+            required_responses=2,
+            received_responses=1,
+            write_type=WriteType.SIMPLE,
+        )
+    elif rng_draw < 0.45:
+        error = WriteTimeout(
+            "CAS operation timed out - received 0 of 2 required responses.",
+            consistency=ConsistencyLevel.SERIAL,
+            required_responses=2,
+            received_responses=0,
+            write_type=WriteType.CAS,
+        )
+    elif rng_draw < 0.7:
+        error = ErrorMessage(
+            CAS_RESULT_UNKNOWN, "CAS operation result is unknown - proposal accepted by 1 but not a quorum.", None
+        )
+    elif rng_draw < 0.85:
+        error = WriteFailure(
+            "Operation failed - received 1 responses and 1 failures",
+            consistency=ConsistencyLevel.SERIAL,
+            required_responses=2,
+            received_responses=1,
+            failures=1,
+            write_type=WriteType.CAS,
+        )
+    else:
+        error = Unavailable(
+            "Cannot achieve consistency level QUORUM",
+            consistency=ConsistencyLevel.QUORUM,
+            required_replicas=2,
+            alive_replicas=1,
+        )
+    return error
 
 
 class _Call:
     """One request in flight; :meth:`result` waits for its answer."""
 
-    __slots__ = ("_done", "_error", "_result", "_waiter")
+    __slots__ = ("_done", "_error", "_result", "_waiter", "what")
 
-    def __init__(self) -> None:
+    def __init__(self, what: str) -> None:
+        self.what = what
         self._done = False
         self._result: Any = None
         self._error: BaseException | None = None
@@ -245,9 +292,14 @@ class _Call:
             self._waiter.wait(process.real_delay_ns(timeout), False)
             if not self._done:
                 self._done = True
-                raise StoreUnavailable(f"simulated client timeout after {timeout:g} s (outcome unknown)")
+                # The driver's client-side timeout: the request may have run (UNKNOWN).
+                cause = OperationTimedOut({"sim": "Client request timeout"}, None)
+                raise translate_error(cause, self.what) from cause
         if self._error is not None:
-            raise self._error
+            error = self._error
+            if isinstance(error, StoreError):
+                raise error
+            raise translate_error(error, self.what) from error
         return self._result
 
 
@@ -270,20 +322,30 @@ class SimStoreClient(CellStore):
 
     # -- the wire -----------------------------------------------------------------------------------
 
-    def _send(self, apply: Callable[[], Any], *, cas: bool = False) -> _Call:
+    def _send(self, apply: Callable[[], Any], *, cas: bool = False, what: str = "request") -> _Call:
+        """Send one request: it travels, applies at the store, and its answer travels back — or the
+        network decides otherwise (see the module). Failures reach the caller as the driver's own
+        exception objects, translated by the Cassandra adapter's table when waited for."""
         net, world, process = self._net, self._process.world, self._process
         self.requests += 1
-        call = _Call()
+        call = _Call(what)
         if net.is_cut(process):
             return call  # never arrives; the client times out
-        rng = net.rng
+        draw = net.rng.random
         there, back = net.delay(), net.delay()
-        if net.refuse and rng.random() < net.refuse:
-            world.after(there + back, lambda: call.answer(error=StoreUnavailable("simulated Unavailable")))
+        if net.refuse and draw() < net.refuse:
+            refused = Unavailable(
+                "Cannot achieve consistency level QUORUM",
+                consistency=ConsistencyLevel.QUORUM,
+                required_replicas=2,
+                alive_replicas=1,
+            )
+            world.after(there + back, lambda: call.answer(error=refused))
             return call
-        unknown = cas and net.cas_unknown and rng.random() < net.cas_unknown
-        unknown_applies = unknown and rng.random() < 0.5
-        lost = net.lose_reply and rng.random() < net.lose_reply
+        unknown = cas and net.cas_unknown and draw() < net.cas_unknown
+        unknown_applies = unknown and draw() < 0.5
+        kind = draw()
+        lost = net.lose_reply and draw() < net.lose_reply
 
         def arrive() -> None:
             if unknown and not unknown_applies:
@@ -298,7 +360,8 @@ class SimStoreClient(CellStore):
             if lost:
                 return  # applied; the answer never comes back
             if unknown:
-                world.after(back, lambda: call.answer(error=_Unknown("simulated CAS outcome unknown")))
+                error = _cas_unknown(bool(unknown_applies), kind)
+                world.after(back, lambda: call.answer(error=error))
                 return
 
             def reply() -> None:
@@ -310,8 +373,8 @@ class SimStoreClient(CellStore):
         world.after(there, arrive)
         return call
 
-    def _rpc(self, apply: Callable[[], T], *, cas: bool = False) -> T:
-        result: T = self._send(apply, cas=cas).result(self._process, self._net.client_timeout)
+    def _rpc(self, apply: Callable[[], T], *, cas: bool = False, what: str = "request") -> T:
+        result: T = self._send(apply, cas=cas, what=what).result(self._process, self._net.client_timeout)
         return result
 
     # -- last-write-wins tables ---------------------------------------------------------------------
@@ -381,17 +444,13 @@ class SimStoreClient(CellStore):
     def read_versioned(
         self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
     ) -> dict[str, str]:
-        give_up_at = self._process.monotonic_ns() + int(self._resolve_for * NS)
-        pause = 0.01
-        while True:
-            try:
-                return self._rpc(lambda: self._cells.read_versioned(table.value, row), cas=serial)
-            except StoreUnavailable:
-                # A SERIAL read is a Paxos round: it can time out like a write; reading again is safe.
-                if not serial or self._process.monotonic_ns() + int(pause * NS) >= give_up_at:
-                    raise
-                self._process.runtime.sleep(pause)
-                pause = min(pause * 2, 0.5)
+        def read() -> dict[str, str]:
+            # A SERIAL read is a Paxos round: it can answer "unknown" like a write (cas=True).
+            return self._rpc(lambda: self._cells.read_versioned(table.value, row), cas=serial, what="read_versioned")
+
+        if not serial:
+            return read()
+        return serial_read(read, resolve_for=self._resolve_for, runtime=self._process.runtime)
 
     def read_versioned_many(
         self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
@@ -414,59 +473,27 @@ class SimStoreClient(CellStore):
         *,
         table: VersionedTable = VersionedTable.LEASE,
     ) -> CasResult:
-        """The Cassandra adapter's compare-and-set, over the simulated wire: an unknown outcome is
-        settled by SERIAL re-reads within ``resolve_for`` (lockclient.store.cassandra)."""
+        """The Cassandra adapter's compare-and-set, over the simulated wire: the same settling code
+        (:func:`lockclient.store.settling.settled_compare_and_set`) around one send."""
         check_cas_arguments(expected, updates)
         expected, updates = dict(expected), dict(updates)
-        columns = columns_of(expected, updates)
-        process = self._process
-        give_up_at = process.monotonic_ns() + int(self._resolve_for * NS)
-        pause = 0.01
-        while True:
-            try:
-                result = self._rpc(lambda: self._cells.compare_and_set(table.value, row, expected, updates), cas=True)
-            except StoreUnavailable as exc:
-                outcome, current = self._resolve_unknown(row, table, columns, expected, updates, exc, give_up_at)
-                if outcome is Outcome.APPLIED:
-                    return CasResult(applied=True, current={**expected, **updates})
-                if outcome is Outcome.CHANGED:
-                    return CasResult(applied=False, current=current, uncertain=True)
-                if process.monotonic_ns() + int(pause * NS) >= give_up_at:
-                    raise StoreUnavailable(
-                        f"compare-and-set on {row!r}: did not apply within {self._resolve_for:g} s ({exc})"
-                    ) from exc
-                process.runtime.sleep(pause)
-                pause = min(pause * 2, 0.5)
-                continue
-            if not result.applied and check_updates_visible(updates, result.current):
-                return CasResult(applied=True, current=result.current)
-            return result
+        cells = self._cells
 
-    def _resolve_unknown(
-        self,
-        row: str,
-        table: VersionedTable,
-        columns: Sequence[str],
-        expected: Mapping[str, str | None],
-        updates: Mapping[str, str | None],
-        cause: StoreUnavailable,
-        give_up_at: int,
-    ) -> tuple[Outcome, dict[str, str | None]]:
-        pause = 0.01
-        process = self._process
-        while True:
-            try:
-                now = self.read_versioned(row, table=table)
-            except StoreUnavailable as exc:
-                if process.monotonic_ns() + int(pause * NS) >= give_up_at:
-                    raise StoreUnavailable(
-                        f"compare-and-set on {row!r}: outcome unknown ({cause}) and the SERIAL re-read failed: {exc}"
-                    ) from exc
-                process.runtime.sleep(pause)
-                pause = min(pause * 2, 0.5)
-                continue
-            current = {c: now.get(c) for c in columns}
-            return resolve_by_value(expected, updates, current), current
+        def send() -> CasResult:
+            answer: CasResult = self._rpc(
+                lambda: cells.compare_and_set(table.value, row, expected, updates), cas=True, what="compare_and_set"
+            )
+            return answer if answer.applied else not_applied_answer(updates, answer.current)
+
+        return settled_compare_and_set(
+            send,
+            lambda: self.read_versioned(row, table=table),
+            row,
+            expected,
+            updates,
+            resolve_for=self._resolve_for,
+            runtime=self._process.runtime,
+        )
 
     # -- concurrency ---------------------------------------------------------------------------------
 

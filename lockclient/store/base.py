@@ -24,8 +24,14 @@ reorder with it.
 A compare-and-set whose outcome is unknown (a timeout after the proposal was
 sent) is never reported as failed: adapters re-read (at SERIAL consistency on
 Cassandra, which finishes any in-flight Paxos round) and report what actually
-happened. Callers make every value they write unique (a version and an owner),
-so "my value is there" is proof that the write was applied.
+happened. That is exact because of one rule every caller keeps (DESIGN.md §7.7):
+**every compare-and-set writes at least one value unique to that call** — an
+attempt id (:func:`new_attempt_id`), fresh for every call, also for a retry of
+"the same" change. So "my value is there" proves that *this* call applied, and
+"it is not there" that it did not (or was overwritten since: then the row cannot
+tell, and the result says ``uncertain``). A delete leaves no value behind, so a
+removal writes an *end record* in the same call (:data:`ANY`); a pure delete is
+never reported applied on the strength of a cell being absent.
 """
 
 from __future__ import annotations
@@ -35,11 +41,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar, overload
+from typing import Any, Final, NamedTuple, TypeVar, overload
 
 from lockclient.errors import StoreError
+from lockclient.runtime import THREADS, Runtime
 
 __all__ = [
+    "ANY",
     "VERSIONED_TABLE",
     "CasResult",
     "Cell",
@@ -57,6 +65,9 @@ __all__ = [
     "Table",
     "VersionedTable",
     "concurrently",
+    "conditioned",
+    "is_any",
+    "new_attempt_id",
     "perform",
     "resolve_by_value",
 ]
@@ -103,6 +114,43 @@ VERSIONED_TABLE = VersionedTable.LEASE.value
 """The lease table's name (kept for the schema module and old callers)."""
 
 
+class _AnyValue(str):
+    """The type of :data:`ANY`: a ``str``, so that ``expected`` keeps its type everywhere, and a
+    store that does not know it compares it as the literal text — which no cell holds, so such a
+    store refuses the call instead of writing blindly."""
+
+    __slots__ = ()
+
+
+ANY: Final[str] = _AnyValue("\x00chronolock:any-value")
+"""In ``expected``: this column is written *whatever it holds now* — unconditioned, inside the
+compare-and-set whose other conditions decide it (on Cassandra: a statement without ``IF`` in the
+conditional batch, applied by the same Paxos round; BatchStatement allows it). For end records
+only (a release or revocation writes ``~ended`` while deleting the holder record, conditional on
+that exact record): nobody decides anything by comparing with such a cell, and its previous value
+(the last holder's end) cannot be known by the next holder. At least one column of the call must
+have a real condition. When the call is not applied, ``CasResult.current`` does not report
+unconditioned columns (Cassandra returns only the conditioned ones)."""
+
+
+def is_any(value: object) -> bool:
+    """Whether an ``expected`` value is :data:`ANY`."""
+    return isinstance(value, _AnyValue)
+
+
+def conditioned(expected: Mapping[str, str | None]) -> dict[str, str | None]:
+    """``expected`` without its :data:`ANY` columns: the conditions a call really states."""
+    return {col: want for col, want in expected.items() if not is_any(want)}
+
+
+def new_attempt_id(runtime: Runtime = THREADS) -> str:
+    """A fresh attempt id (64 random bits, hex): put one in every value a compare-and-set writes,
+    new for every call — also when a call repeats a change whose first attempt's outcome was
+    unknown, so that the row tells which attempt landed (issue 23, finding 1). Random from the
+    caller's runtime (seeded in the simulator)."""
+    return runtime.token_hex(8)
+
+
 class Cell(NamedTuple):
     """A live cell as read back from a last-write-wins table.
 
@@ -136,8 +184,9 @@ class CasResult:
     """Outcome of :meth:`CellStore.compare_and_set`.
 
     ``current`` maps each column named in the call to its value as the store
-    saw it when deciding (``None`` for absent). When ``applied`` is true it
-    holds the values just written.
+    saw it when deciding (``None`` for absent) — except :data:`ANY` columns of a call
+    that did not apply, which are left out. When ``applied`` is true it holds the
+    values just written.
 
     ``uncertain`` (only with ``applied`` false): the write's outcome was unknown (a
     timeout, Cassandra's "CAS operation result is unknown") and the linearizable re-read
@@ -297,16 +346,20 @@ class CellStore(ABC):
 
         Every column in ``updates`` must also appear in ``expected``: a write
         whose precondition was not stated is a blind write, which is exactly
-        what this table exists to prevent.
+        what this table exists to prevent. :data:`ANY` states "whatever it holds"
+        for an end record, next to at least one real condition.
 
         Unknown outcomes (a timeout, Cassandra's "CAS operation result is unknown")
-        are resolved by the adapter, by value: it re-reads the row linearizably; if
-        every updated column holds what this call wrote, it was applied; if the row
-        still holds ``expected``, the call is retried (within the store's timeout);
-        anything else means another writer changed it. Only when the re-read itself
-        keeps failing does it raise :class:`~lockclient.errors.StoreUnavailable`
-        (outcome still unknown). Callers write unique values, which is what makes
-        "my value is there" a proof.
+        are resolved by the adapter, by value (:func:`resolve_by_value`): it re-reads
+        the row linearizably; if every value this call writes is there, it was
+        applied; if the row still holds ``expected``, the call is retried (within the
+        store's timeout); anything else means another writer changed it. Only when
+        the re-read itself keeps failing does it raise
+        :class:`~lockclient.errors.StoreOutcomeUnknown` (outcome still unknown; the
+        caller settles it by reading back later). Callers write at least one value
+        unique to the call (:func:`new_attempt_id`), which is what makes "my value is
+        there" a proof; a call that writes no value at all (a pure delete) is never
+        reported applied by a re-read.
         """
 
     def compare_and_set_many(self, ops: Sequence[CompareAndSet]) -> Iterator[tuple[int, CasResult | StoreError]]:
@@ -408,6 +461,11 @@ def check_cas_arguments(expected: Mapping[str, str | None], updates: Mapping[str
     blind = sorted(set(updates) - set(expected))
     if blind:
         raise ValueError(f"compare_and_set: updates without a stated precondition: {blind}")
+    if not conditioned(expected):
+        raise ValueError("compare_and_set: every column is ANY: at least one real condition is needed")
+    idle = sorted(col for col, want in expected.items() if is_any(want) and col not in updates)
+    if idle:
+        raise ValueError(f"compare_and_set: ANY is only for columns the call writes: {idle}")
 
 
 def validate_limit(limit: int | None) -> None:
@@ -416,13 +474,16 @@ def validate_limit(limit: int | None) -> None:
 
 
 def check_updates_visible(updates: Mapping[str, str | None], current: Mapping[str, str | None]) -> bool:
-    """Does the row hold what this compare-and-set wrote, *provably* ours?
+    """Does the row hold what this compare-and-set wrote — *provably this call's* write?
 
-    True only if every updated column holds our value and at least one of them is a
-    written value (callers write unique values; an absent cell proves nothing)."""
-    return any(val is not None for val in updates.values()) and all(
-        current.get(col) == val for col, val in updates.items()
-    )
+    True only if the call writes at least one value and every value it writes is there. Exact
+    because every call writes a value unique to it (an attempt id: another call, even a retry
+    of the same change, writes a different one). Deleted columns are not looked at: an absent
+    cell proves nothing (anybody may have deleted it), and a cell this call deleted may have
+    been written again since by a later writer (the next holder) without making our write any
+    less applied."""
+    written = {col: val for col, val in updates.items() if val is not None}
+    return bool(written) and all(current.get(col) == val for col, val in written.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,7 +583,7 @@ class Outcome(enum.Enum):
     """How an ambiguous compare-and-set is resolved by re-reading the row."""
 
     APPLIED = "applied"
-    """Every updated column holds what we wrote (or, for a pure delete, is absent)."""
+    """Every value this call writes is there (unique to the call: it applied)."""
     UNCHANGED = "unchanged"
     """The row still holds exactly what we expected: our write never applied; retry it."""
     CHANGED = "changed"
@@ -532,15 +593,22 @@ class Outcome(enum.Enum):
 def resolve_by_value(
     expected: Mapping[str, str | None], updates: Mapping[str, str | None], current: Mapping[str, str | None]
 ) -> Outcome:
-    """The DESIGN.md §3 rule for an unknown outcome, given the row as re-read linearizably.
+    """The DESIGN.md §3 rule for an unknown outcome, given the row as re-read linearizably
+    (a SERIAL read first completes, or durably supersedes, any proposal still in flight, so
+    after it our write is visible or will never apply).
 
-    A pure delete whose cells are all gone counts as applied: the state the caller asked
-    for holds, whoever made it so (release and revocation both only need "gone")."""
+    * every value this call writes is there → APPLIED (they are unique to the call);
+    * every real condition still holds → UNCHANGED: it did not apply; the caller may send it
+      again (:data:`ANY` columns are no condition);
+    * anything else → CHANGED: another writer changed the row, before our write (it did not
+      apply) or after it (it did) — the row cannot tell.
+
+    A pure delete (no value written) is never APPLIED on the strength of a cell being absent:
+    "gone" is what a revocation, or the owner's other attempt, leaves too. Releases and
+    revocations write an end record instead (``~ended``, :mod:`lockclient.lease`)."""
     if check_updates_visible(updates, current):
         return Outcome.APPLIED
-    if all(val is None for val in updates.values()) and all(current.get(col) is None for col in updates):
-        return Outcome.APPLIED
-    if all(current.get(col) == want for col, want in expected.items()):
+    if all(current.get(col) == want for col, want in conditioned(expected).items()):
         return Outcome.UNCHANGED
     return Outcome.CHANGED
 

@@ -23,10 +23,12 @@ Rules this module keeps (see shared/DESIGN.md section 3):
   (:class:`~lockclient.store.base.VersionedTable`), which are never written
   any other way: a plain write bypasses Paxos and can be reordered with it.
   Unknown outcomes are resolved by value (:meth:`CassandraStore.compare_and_set`).
-* **Errors**: anything the driver raises becomes
-  :class:`~lockclient.errors.StoreUnavailable` (no host, timeouts, not enough
-  replicas) or :class:`~lockclient.errors.StoreError` (everything else), with
-  the driver's exception as ``__cause__``.
+* **Errors**: anything the driver raises is classified by one table
+  (:mod:`lockclient.store.outcomes`): a write that may have applied becomes
+  :class:`~lockclient.errors.StoreOutcomeUnknown` (settled by reading back), one
+  that surely did not :class:`~lockclient.errors.StoreUnavailable` (worth another
+  try) or :class:`~lockclient.errors.StoreError`, with the driver's exception as
+  ``__cause__``.
 
 Cassandra 1.2 (the only Cassandra that runs on the test machines, see
 shared/cassandra-local.md) is reached through ``?protocol_version=1``. Every
@@ -41,17 +43,15 @@ import queue
 import re
 import ssl
 import threading
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeVar
 
-from cassandra import AuthenticationFailed, ConsistencyLevel, OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
+from cassandra import AuthenticationFailed, ConsistencyLevel
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
-from cassandra.connection import ConnectionException
 from cassandra.policies import (
     ConstantSpeculativeExecutionPolicy,
     DCAwareRoundRobinPolicy,
@@ -60,10 +60,9 @@ from cassandra.policies import (
     RoundRobinPolicy,
     TokenAwarePolicy,
 )
-from cassandra.protocol import ErrorMessage
 from cassandra.query import BatchStatement, BatchType, SimpleStatement, tuple_factory
 
-from lockclient.errors import ConfigurationError, StoreAccessDenied, StoreError, StoreUnavailable
+from lockclient.errors import ConfigurationError, StoreAccessDenied, StoreError, StoreOutcomeUnknown, StoreUnavailable
 from lockclient.logs import get_logger
 from lockclient.redact import register_secret
 from lockclient.store.base import (
@@ -74,7 +73,6 @@ from lockclient.store.base import (
     Delete,
     Get,
     Op,
-    Outcome,
     Pending,
     Put,
     ReadRow,
@@ -82,12 +80,14 @@ from lockclient.store.base import (
     Table,
     VersionedTable,
     check_cas_arguments,
-    check_updates_visible,
     columns_of,
+    conditioned,
+    is_any,
     perform,
-    resolve_by_value,
     validate_limit,
 )
+from lockclient.store.outcomes import Fate, classify
+from lockclient.store.settling import not_applied_answer, serial_read, settled_compare_and_set
 from lockclient.store.tls import driver_tls_arguments
 from lockclient.store.url import StoreUrl, TlsOptions, parse_store_url
 
@@ -165,22 +165,7 @@ _PAGE_SIZE: Final = 1000
 _CAS_UNSUPPORTED: Final = "compare-and-set needs lightweight transactions (Cassandra 2.0+)"
 _KEYSPACE_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 
-# Errors that mean "the store could not be reached / did not answer in time".
-# Everything else the driver raises (InvalidRequest, SyntaxException, Unauthorized,
-# ReadFailure, ...) is a StoreError.
-_UNAVAILABLE_ERRORS: Final[tuple[type[BaseException], ...]] = (
-    NoHostAvailable,
-    OperationTimedOut,
-    Unavailable,
-    ReadTimeout,
-    WriteTimeout,
-    ConnectionException,
-)
-
-CAS_RESULT_UNKNOWN: Final = 0x1700
-"""Server error "CAS operation result is unknown - proposal accepted by 1 but not a quorum"
-(Cassandra 4.1+). Driver 3.30 has no exception class for it and raises a bare
-``cassandra.protocol.ErrorMessage`` with this code. Its outcome is unknown, like a timeout."""
+_WRITES: Final = frozenset({"put", "put_cells", "delete", "compare_and_set"})
 
 _T = TypeVar("_T")
 _Params = Sequence[object]
@@ -189,16 +174,18 @@ _Query = tuple[Any, _Params | None]
 
 
 def translate_error(exc: BaseException, what: str) -> StoreError:
-    """Map a driver exception to the port's error hierarchy (the caller raises it ``from exc``)."""
+    """Map a driver exception to the port's error hierarchy (the caller raises it ``from exc``),
+    by the classification table (:mod:`lockclient.store.outcomes`): an outcome that may have
+    applied becomes :class:`StoreOutcomeUnknown`; one that surely did not becomes
+    :class:`StoreUnavailable` when trying again can help, else :class:`StoreError`."""
     if isinstance(exc, StoreError):
         return exc
-    if isinstance(exc, _UNAVAILABLE_ERRORS):
-        return StoreUnavailable(f"Cassandra unavailable during {what}: {exc}")
-    if isinstance(exc, ErrorMessage) and getattr(exc, "code", None) == CAS_RESULT_UNKNOWN:
-        # Contention among Paxos proposers on a multi-node ring: the proposal reached some
-        # acceptors but not a quorum. Unknown, not failed: resolved by re-reading.
-        return StoreUnavailable(f"Cassandra during {what}: compare-and-set result unknown ({exc.message})")
-    return StoreError(f"Cassandra failed during {what}: {exc}")
+    verdict = classify(exc)
+    if verdict.fate is Fate.UNKNOWN:
+        return StoreOutcomeUnknown(f"Cassandra during {what}: result unknown ({verdict.why}): {exc}")
+    if verdict.transient:
+        return StoreUnavailable(f"Cassandra unavailable during {what} ({verdict.fate.value}): {exc}")
+    return StoreError(f"Cassandra failed during {what} ({verdict.fate.value}): {exc}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,6 +441,11 @@ class _ModernDialect(_Dialect):
           condition. CQL has no condition-only statement in a batch, and rewriting the
           expected value changes nothing when the condition holds (which is the only
           case in which anything is written: the batch is all or nothing).
+        * A column expected :data:`~lockclient.store.base.ANY` (an end record) gets a
+          statement *without* ``IF``: a conditional batch may hold unconditioned
+          statements (``BatchStatement.getCasRequest`` adds every statement's row update
+          and only the conditioned ones' conditions), which are applied by the same
+          Paxos round if and only if every condition holds.
         * No ``USING TIMESTAMP``: Cassandra rejects it with ``IF`` (Paxos picks the
           timestamp from its ballot).
         """
@@ -466,7 +458,13 @@ class _ModernDialect(_Dialect):
         for column in columns_of(expected, updates):
             want = expected[column]
             new = updates.get(column, want)
-            if new is None:
+            if is_any(want):
+                if new is None:
+                    batch.add(self.prepare(f"DELETE FROM {target} WHERE row = ? AND col = ?"), (row, column))
+                else:
+                    overwrite = self.prepare(f"UPDATE {target} SET value = ? WHERE row = ? AND col = ?")
+                    batch.add(overwrite, (new, row, column))
+            elif new is None:
                 batch.add(remove, (row, column, want))
             else:
                 batch.add(write, (new, row, column, want))
@@ -666,6 +664,8 @@ def _tls_refused(exc: BaseException) -> bool:
 
 def _connect_error(exc: BaseException, url: StoreUrl) -> StoreError:
     error = translate_error(exc, "connect")
+    if isinstance(error, StoreOutcomeUnknown):
+        error = StoreUnavailable(str(error))  # connecting writes nothing: no outcome to settle
     if isinstance(exc, NoHostAvailable):
         causes = list((getattr(exc, "errors", None) or {}).values())
         if causes and all(isinstance(c, AuthenticationFailed) for c in causes):
@@ -843,11 +843,17 @@ class CassandraStore(CellStore):
                 return _Plan(query, "read_versioned", PROFILE_SERIAL if op.serial else EXEC_PROFILE_DEFAULT, _values)
 
     def _run(self, plan: _Plan) -> Any:
-        result = self._execute(plan.query, plan.what, plan.profile)
         try:
-            return plan.finish(result)  # may fetch further pages: a round trip each
-        except Exception as exc:
-            raise translate_error(exc, plan.what) from exc
+            result = self._execute(plan.query, plan.what, plan.profile)
+            try:
+                return plan.finish(result)  # may fetch further pages: a round trip each
+            except Exception as exc:
+                raise translate_error(exc, plan.what) from exc
+        except StoreOutcomeUnknown as exc:
+            if plan.what in _WRITES:
+                raise
+            # A read has no outcome to settle: it simply got no answer (and may be tried again).
+            raise StoreUnavailable(str(exc)) from exc.__cause__
 
     def begin(self, ops: Sequence[Op]) -> Pending:
         """Every plain operation is sent at once with the driver's asynchronous API (one round
@@ -987,19 +993,15 @@ class CassandraStore(CellStore):
     def read_versioned(
         self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
     ) -> dict[str, str]:
-        give_up_at = time.monotonic() + self._resolve_for
-        pause = 0.01
-        while True:
-            try:
-                values: dict[str, str] = self._run(self._plan(ReadVersioned(row, table, serial)))
-                return values
-            except StoreUnavailable:
-                # A SERIAL read is a Paxos round: under contention on a ring it can time out or
-                # answer 0x1700 like a write. It is a read, so trying again is always safe.
-                if not serial or time.monotonic() + pause >= give_up_at:
-                    raise
-                time.sleep(pause)
-                pause = min(pause * 2, 0.5)
+        def read() -> dict[str, str]:
+            values: dict[str, str] = self._run(self._plan(ReadVersioned(row, table, serial)))
+            return values
+
+        if not serial:
+            return read()
+        # A SERIAL read is a Paxos round: under contention on a ring it can time out or answer
+        # 0x1700 like a write. It is a read, so trying again is always safe.
+        return serial_read(read, resolve_for=self._resolve_for)
 
     def compare_and_set(
         self,
@@ -1011,51 +1013,36 @@ class CassandraStore(CellStore):
     ) -> CasResult:
         check_cas_arguments(expected, updates)
         dialect = self._modern()
-        columns = columns_of(expected, updates)
-        give_up_at = time.monotonic() + self._resolve_for
-        pause = 0.01
-        while True:
-            batch = self._statement(dialect.cas_batch, table.value, row, expected, updates)
+
+        def send() -> CasResult:
             try:
-                result = self._execute((batch, None), "compare_and_set", PROFILE_CAS)
-            except StoreUnavailable as exc:
-                # The outcome is UNKNOWN, not failed (the datastax lwt.rst idiom):
-                # * WriteTimeout, write_type CAS: the Paxos round timed out; the proposal
-                #   may have been accepted by a quorum and will then be committed by the
-                #   next Paxos round on this partition.
-                # * WriteTimeout, write_type SIMPLE: the proposal *was* accepted and only
-                #   the commit timed out; the value is chosen.
-                # * error 0x1700 "CAS operation result is unknown": accepted by some
-                #   acceptors, not a quorum (contention on a multi-node ring).
-                # * OperationTimedOut / ConnectionException: the client stopped waiting;
-                #   the server may have applied it. Unavailable / NoHostAvailable are
-                #   resolved the same way (Unavailable can also come from the commit step).
-                # A SERIAL read is itself a Paxos round: it completes any accepted but
-                # uncommitted proposal (or, since CASSANDRA-12126 in 3.0.24/3.11.10/4.0,
-                # durably supersedes one only a minority saw) before it reads. So after it,
-                # our write either is visible or will never apply, and the row tells which
-                # (DESIGN.md §3): our values -> applied; still the expected values -> it
-                # never applied, try again; anything else -> another writer changed it,
-                # before ours or after it: not applied *or unknown* (CasResult.uncertain).
-                outcome, current = self._resolve_unknown(row, table, columns, expected, updates, exc, give_up_at)
-                if outcome is Outcome.APPLIED:
-                    return CasResult(applied=True, current={**expected, **updates})
-                if outcome is Outcome.CHANGED:
-                    return CasResult(applied=False, current=current, uncertain=True)
-                if time.monotonic() + pause >= give_up_at:
-                    raise StoreUnavailable(
-                        f"compare-and-set on {row!r}: did not apply within {self._resolve_for:g} s "
-                        f"(last attempt: {exc}); the row still holds the expected values"
-                    ) from exc
-                time.sleep(pause)
-                pause = min(pause * 2, 0.5)
-                continue
-            return self._cas_result(result, columns, expected, updates)
+                # Preparing is a round trip of its own: if it fails, the compare-and-set was not sent.
+                batch = self._statement(dialect.cas_batch, table.value, row, expected, updates)
+            except StoreError as exc:
+                raise StoreUnavailable(f"compare_and_set not sent: {exc}") from exc
+            # Failures come classified (lockclient.store.outcomes): UNKNOWN (a CAS WriteTimeout,
+            # 0x1700, a WriteFailure or Unavailable after a quorum accepted, a connection lost
+            # mid-request...) as StoreOutcomeUnknown — re-read, never resent blindly (the datastax
+            # lwt.rst idiom); NOT_SENT / NOT_APPLIED as StoreUnavailable when worth another try.
+            result = self._execute((batch, None), "compare_and_set", PROFILE_CAS)
+            return self._cas_result(result, expected, updates)
+
+        return settled_compare_and_set(
+            send,
+            lambda: self.read_versioned(row, table=table),
+            row,
+            expected,
+            updates,
+            resolve_for=self._resolve_for,
+        )
 
     def compare_and_set_many(self, ops: Sequence[CompareAndSet]) -> Iterator[tuple[int, CasResult | StoreError]]:
-        """All sent at once (driver futures), yielded as each answers; an outcome left unknown is
-        settled by sending that one again through :meth:`compare_and_set`, which recognises its
-        own earlier success by value (values are unique) or resolves it by re-reading."""
+        """All sent at once (driver futures), yielded as each answers. An operation that failed is
+        settled through :meth:`compare_and_set` with the same values: if the failure was UNKNOWN,
+        its first step sends the same write again, whose answer — or the re-read it leads to —
+        recognises the earlier send by value (the values carry the caller's attempt id, and both
+        sends are one call of the caller's: it dates from before the first); if NOT_SENT or
+        NOT_APPLIED, that is simply the retry."""
         dialect = self._modern()
         # The callbacks only say *which* request answered: a callback's argument is the first page
         # of rows, not the result set (no ``was_applied``), so the answer is taken from the future
@@ -1086,12 +1073,12 @@ class CassandraStore(CellStore):
             if failure is None:
                 try:
                     result = futures[index].result()
-                    yield index, self._cas_result(result, columns_of(op.expected, op.updates), op.expected, op.updates)
+                    yield index, self._cas_result(result, op.expected, op.updates)
                     continue
                 except Exception as exc:
                     failure = exc
             error = translate_error(failure, "compare_and_set")
-            if isinstance(error, StoreUnavailable):
+            if isinstance(error, StoreUnavailable):  # UNKNOWN (settled by value) or worth another try
                 try:
                     yield index, self.compare_and_set(op.row, op.expected, op.updates, table=op.table)
                 except StoreError as exc:
@@ -1102,7 +1089,6 @@ class CassandraStore(CellStore):
     def _cas_result(
         self,
         result: Any,
-        columns: Sequence[str],
         expected: Mapping[str, str | None],
         updates: Mapping[str, str | None],
     ) -> CasResult:
@@ -1111,52 +1097,28 @@ class CassandraStore(CellStore):
             names = list(result.column_names or [])
             rows = list(result.current_rows)
         except Exception as exc:
-            raise translate_error(exc, "compare_and_set") from exc
+            # The request was executed; only its answer cannot be read: the outcome is unknown.
+            raise StoreOutcomeUnknown(f"compare_and_set: unreadable answer ({exc!r})") from exc
+        conditions = conditioned(expected)
         if applied:
-            return CasResult(applied=True, current={**expected, **updates})
-        # A failed conditional batch returns [applied]=false plus, for every row the
-        # conditions named that exists, its primary key and current value (batches
-        # always include the key columns). Missing rows are absent from the result.
-        current: dict[str, str | None] = dict.fromkeys(columns)
+            return CasResult(applied=True, current={**conditions, **updates})
+        # A failed conditional batch returns [applied]=false plus, for every row a condition
+        # named that exists, its primary key and current value (batches always include the key
+        # columns). Missing rows are absent from the result; unconditioned (ANY) rows are never
+        # in it.
+        current: dict[str, str | None] = dict.fromkeys(conditions)
         if "col" in names and "value" in names:
             col_at, value_at = names.index("col"), names.index("value")
             for found in rows:
                 name = found[col_at]
                 if name in current:
                     current[name] = found[value_at]
-        if check_updates_visible(updates, current):
-            # "Not applied" while the row holds our own (unique) values: a Paxos round
-            # re-proposed our earlier, timed-out proposal and committed it, and this retry's
-            # condition then failed against it. Seen on a 3-node 4.1 ring under contention.
-            return CasResult(applied=True, current=current)
-        return CasResult(applied=False, current=current)
-
-    def _resolve_unknown(
-        self,
-        row: str,
-        table: VersionedTable,
-        columns: Sequence[str],
-        expected: Mapping[str, str | None],
-        updates: Mapping[str, str | None],
-        cause: StoreUnavailable,
-        give_up_at: float,
-    ) -> tuple[Outcome, dict[str, str | None]]:
-        pause = 0.01
-        while True:
-            try:
-                now = self.read_versioned(row, table=table)
-            except StoreUnavailable as exc:
-                # The SERIAL read can itself time out or answer 0x1700 under contention.
-                if time.monotonic() + pause >= give_up_at:
-                    raise StoreUnavailable(
-                        f"compare-and-set on {row!r}: outcome unknown ({cause}) and the SERIAL re-read "
-                        f"failed for {self._resolve_for:g} s: {exc}"
-                    ) from exc
-                time.sleep(pause)
-                pause = min(pause * 2, 0.5)
-                continue
-            current = {c: now.get(c) for c in columns}
-            return resolve_by_value(expected, updates, current), current
+        # "Not applied" while the row holds this call's own values (unique to the call: they carry
+        # its attempt id) means a Paxos round re-proposed our earlier, timed-out send of this same
+        # call and committed it, and this send's condition then failed against it — seen on a
+        # 3-node 4.1 ring under contention. Never the case for a *different* call that repeats a
+        # change (a renewal's retry): it writes a different attempt id.
+        return not_applied_answer(updates, current)
 
     # -- housekeeping -------------------------------------------------------------------------------
 

@@ -42,6 +42,8 @@ from lockclient.store.base import (
     Table,
     VersionedTable,
     check_cas_arguments,
+    conditioned,
+    is_any,
     validate_limit,
 )
 from lockclient.store.url import StoreUrl
@@ -120,12 +122,14 @@ _LIVE = "dead = 0 AND (expires_at IS NULL OR expires_at > ?)"
 def _cas_in_transaction(conn: sqlite3.Connection, op: CompareAndSet) -> CasResult:
     tbl, row = op.table.value, op.row
     current: dict[str, str | None] = {}
-    for col in op.expected:
+    for col, want in op.expected.items():
+        if is_any(want):
+            continue  # written whatever it holds (an end record): no condition, not reported
         found = conn.execute(
             "SELECT value FROM cas_cells WHERE tbl = ? AND row = ? AND col = ?", (tbl, row, col)
         ).fetchone()
         current[col] = None if found is None else found[0]
-    if any(current[col] != want for col, want in op.expected.items()):
+    if any(current[col] != want for col, want in conditioned(op.expected).items()):
         return CasResult(applied=False, current=current)
     for col, value in op.updates.items():
         if value is None:

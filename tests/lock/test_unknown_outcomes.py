@@ -20,7 +20,7 @@ import pytest
 
 from lockclient import CellStore, RemoteLocker, StoreUnavailable, open_store
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
-from lockclient.store.base import Outcome, resolve_by_value
+from lockclient.store.base import ANY, Outcome, resolve_by_value
 from tests.support.faulty import FaultyStore
 
 
@@ -45,8 +45,21 @@ def test_resolution_by_value() -> None:
     assert resolve_by_value(expected, updates, {"~holder": "me@1", "~fence": "3|me"}) is Outcome.UNCHANGED
     assert resolve_by_value(expected, updates, {"~holder": None, "~fence": "3|me"}) is Outcome.CHANGED
     assert resolve_by_value(expected, updates, {"~holder": "other@1", "~fence": "4|x"}) is Outcome.CHANGED
+    # A pure delete proves nothing by a cell being gone (a revocation leaves that too): it is
+    # never APPLIED by a re-read. Removals write an end record instead (issue 23).
     gone = {"~holder": None}
-    assert resolve_by_value({"~holder": "me@2"}, gone, {"~holder": None}) is Outcome.APPLIED  # what we asked for holds
+    assert resolve_by_value({"~holder": "me@2"}, gone, {"~holder": None}) is Outcome.CHANGED
+    # An end record is unique to the call: there -> applied, even after the next holder took the lock.
+    ended = {"~holder": None, "~ended": "7|me|released|a1"}
+    expect = {"~holder": "me@2", "~ended": ANY}
+    assert resolve_by_value(expect, ended, {"~holder": None, "~ended": "7|me|released|a1"}) is Outcome.APPLIED
+    assert resolve_by_value(expect, ended, {"~holder": "next@1", "~ended": "7|me|released|a1"}) is Outcome.APPLIED
+    assert resolve_by_value(expect, ended, {"~holder": "me@2", "~ended": "6|x|released|a0"}) is Outcome.UNCHANGED
+    assert resolve_by_value(expect, ended, {"~holder": None, "~ended": "7|me|revoked|w9"}) is Outcome.CHANGED
+    # A retry of the same change is a different call: a different attempt id, never "applied" by
+    # finding the first attempt's value (finding 1).
+    first, retry = {"~holder": "me@2#a1"}, {"~holder": "me@2#a2"}
+    assert resolve_by_value({"~holder": "me@1"}, retry, first) is Outcome.CHANGED
 
 
 def test_a_renewal_that_applied_but_whose_answer_was_lost_is_not_a_revocation(store: CellStore) -> None:

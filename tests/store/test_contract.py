@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lockclient.errors import ConfigurationError
 from lockclient.store import CasResult, CellStore, Table, VersionedTable, open_store, parse_store_url
-from lockclient.store.base import CompareAndSet, Put
+from lockclient.store.base import ANY, CompareAndSet, Put
 from lockclient.store.sqlite import SQLiteStore
 from tests.store import workers
 
@@ -235,6 +235,32 @@ def test_cas_rejects_blind_writes(store: CellStore) -> None:
         store.compare_and_set(fresh_row(), {"a": None}, {"b": "1"})
     with pytest.raises(ValueError, match="at least one"):
         store.compare_and_set(fresh_row(), {"a": None}, {})
+
+
+def test_an_unconditioned_end_record_is_written_only_when_the_conditions_hold(store: CellStore) -> None:
+    """``ANY``: a release or revocation writes ``~ended`` whatever it held (the previous holder's
+    end), in the same compare-and-set, conditional on the holder record alone. On Cassandra: an
+    unconditioned statement in the conditional batch, applied by the same Paxos round."""
+    needs_cas(store)
+    row = fresh_row()
+    assert store.compare_and_set(row, {"h": None}, {"h": "v1"}).applied
+    refused = store.compare_and_set(row, {"h": "other", "e": ANY}, {"h": None, "e": "end-1"})
+    assert not refused.applied and refused.current == {"h": "v1"}, "unconditioned cells are not reported"
+    assert store.read_versioned(row) == {"h": "v1"}
+    ended = store.compare_and_set(row, {"h": "v1", "e": ANY}, {"h": None, "e": "end-1"})
+    assert ended.applied and ended.current == {"h": None, "e": "end-1"}
+    assert store.read_versioned(row) == {"e": "end-1"}
+    assert store.compare_and_set(row, {"h": None}, {"h": "v2"}).applied
+    assert store.compare_and_set(row, {"h": "v2", "e": ANY}, {"h": None, "e": "end-2"}).applied
+    assert store.read_versioned(row) == {"e": "end-2"}, "the next end overwrites the last"
+
+
+def test_cas_needs_one_real_condition_and_any_only_for_written_cells(store: CellStore) -> None:
+    needs_cas(store)
+    with pytest.raises(ValueError, match="real condition"):
+        store.compare_and_set(fresh_row(), {"e": ANY}, {"e": "x"})
+    with pytest.raises(ValueError, match="only for columns the call writes"):
+        store.compare_and_set(fresh_row(), {"h": None, "e": ANY}, {"h": "x"})
 
 
 def test_cas_rows_are_independent(store: CellStore) -> None:
