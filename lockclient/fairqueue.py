@@ -86,9 +86,10 @@ from __future__ import annotations
 import enum
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from lockclient.algorithm import Acquisition, Services, take
 from lockclient.clock import settle_ticket_time, take_ticket_time
@@ -110,6 +111,8 @@ from lockclient.wake import TAKEN, Listener, Taken, Watch
 from lockclient.watermark import PROPOSED
 
 __all__ = ["FairQueue"]
+
+T = TypeVar("T")
 
 log = get_logger("lockclient")
 
@@ -179,7 +182,6 @@ class FairQueue:
         waiter = WaiterLease(lock_id, owner, make_ticket(now, owner), self.s.lease, runtime=self.s.runtime)
         stamp = self.s.timestamps.next(now)
         start = self.s.watermarks.start(lock_id, waiter.ticket)
-        looked_at = self.s.monotonic()
         ops: list[Op] = [
             Put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, stamp),
             # Every time, not only the first: leasewatch drops idle ids from the index,
@@ -190,14 +192,17 @@ class FairQueue:
         speculative: HeldLease | None = None
         try:
             if quiet is None:
-                _, _, mine_and_before, row = attempt.retrying(partial(store.execute_all, ops))
+                answers, looked_at = self._stamped(attempt, partial(store.execute_all, ops))
+                _, _, mine_and_before, row = answers
             else:
+                looked_at = self.s.monotonic()
                 pending = store.begin(ops)
                 speculative = self._speculate(attempt, waiter, quiet)
                 try:
                     _, _, mine_and_before, row = pending.wait()
                 except StoreUnavailable:
-                    _, _, mine_and_before, row = attempt.retrying(partial(store.execute_all, ops))
+                    answers, looked_at = self._stamped(attempt, partial(store.execute_all, ops))
+                    _, _, mine_and_before, row = answers
         except BaseException:
             if speculative is not None:
                 self._give_back(store, speculative)
@@ -279,8 +284,7 @@ class FairQueue:
                     return held
             if look is None:
                 start = self.s.watermarks.start(lock_id, ticket)
-                looked_at = self.s.monotonic()
-                cells, row = attempt.retrying(partial(self._look, store, lock_id, start, ticket))
+                (cells, row), looked_at = self._stamped(attempt, partial(self._look, store, lock_id, start, ticket))
                 look = _Look(cells, row, looked_at, overlapped=False)
             mine_and_before, row, looked_at = look.cells, look.row, look.looked_at
             overlapped, look = look.overlapped, None
@@ -368,6 +372,20 @@ class FairQueue:
         taken.enqueued_at, taken.looked_at = waiter.enqueued_at, hand_over.looked_at
         taken.contended = True
         return taken
+
+    def _stamped(self, attempt: Acquisition, look: Callable[[], T]) -> tuple[T, float]:
+        """A look (alone, or with the enqueue), retried while the store is away, and when the try
+        that answered *started*: FIFO is judged by that moment (``RemoteLock.looked_at``), so a
+        retried look must not claim the first try's. (Found by the simulator: a look retried
+        through a 4 s cut-off was dated from before it, and the grant appeared to overtake a cell
+        revoked in between.)"""
+        started = [self.s.monotonic()]
+
+        def once() -> T:
+            started[0] = self.s.monotonic()
+            return look()
+
+        return attempt.retrying(once), started[0]
 
     @staticmethod
     def _look_ops(lock_id: str, start: str, ticket: str) -> list[Op]:

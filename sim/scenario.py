@@ -63,7 +63,10 @@ class Config:
     max_skew: float = 1.0
     tick: float = 0.5
     hold: float = 0.2
-    """Longest time a worker holds a lock (uniform from 0)."""
+    """Longest time a worker holds a lock (uniform from 0) ..."""
+    long_hold: float = 0.08
+    """... except this share of holds, which last 1–3 leases: the lease is renewed meanwhile (the
+    keeper, its batches, renewals whose answers are lost)."""
     think: float = 0.2
     mono_ppm: float = 500.0
     """Monotonic clocks run within ±this many ppm of real time."""
@@ -459,8 +462,9 @@ class Client:
         state = sim.checkers.granted(op, self, lock_id, lock)
         lock.on_lost(lambda reason: sim.checkers.lost(state, reason))
         writes = rng.randint(0, 2) if c.resources else 0
+        hold = rng.uniform(c.lease, 3 * c.lease) if rng.random() < c.long_hold else rng.uniform(0, c.hold)
         for k in range(writes):
-            rt.sleep(rng.uniform(0, c.hold / (writes + 1)))
+            rt.sleep(rng.uniform(0, hold / (writes + 1)))
             if not lock.held:
                 break
             try:
@@ -474,7 +478,7 @@ class Client:
                 sim.checkers.fenced_write(state, ok=False)
             except ChronolockError as exc:
                 sim.record("write_error", owner=lock.owner, error=type(exc).__name__)
-        rt.sleep(rng.uniform(0, c.hold / (writes + 1)))
+        rt.sleep(rng.uniform(0, hold / (writes + 1)))
         sim.checkers.releasing(state)
         try:
             held = lock.release()

@@ -219,3 +219,29 @@ def test_a_ticket_below_an_uncontended_holders_only_waits_for_its_release(sqlite
         finally:
             for locker in lockers.values():
                 locker.close()
+
+
+def test_a_look_retried_while_the_store_was_away_is_dated_from_the_try_that_answered(tmp_path: object) -> None:
+    """``RemoteLock.looked_at`` promises that every queue cell written before it was visible to the
+    grant's look. A look retried through a store outage used to keep the first try's start, so a
+    cell written (or removed) during the outage fell on the wrong side of it — found by the
+    simulator (a grant appeared to overtake a cell leasewatch revoked during a 4 s cut-off)."""
+    import time
+
+    from lockclient.errors import StoreUnavailable
+    from tests.support.faulty import FaultyStore
+
+    tries: list[float] = []
+    with open_store(f"sqlite:///{tmp_path}/cells.db") as store:
+        faulty = FaultyStore(store)
+        faulty.arm(
+            "read_row",
+            before=lambda *a, **k: tries.append(time.monotonic()),
+            raise_before=StoreUnavailable("injected: the store is away"),
+            when=lambda table, *a, **k: table is Table.QUEUE,
+            times=3,
+        )
+        with RemoteLocker(faulty, lease=5.0) as locker, locker.get_lock("retried-look", timeout=30) as lock:
+            assert len(tries) == 3, "the look failed three times before it answered"
+            assert lock.looked_at is not None
+            assert lock.looked_at > tries[-1], "looked_at is the start of the try that answered, after the failures"
