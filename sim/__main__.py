@@ -46,7 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=int, default=_env_int("SIM_BASE"), help="first seed of a search")
     parser.add_argument("--no-shrink", action="store_true", help="do not shrink the first failure")
     parser.add_argument("--out", default=os.environ.get("SIM_OUT", ".chronolock/sim"), help="where schedules go")
+    parser.add_argument(
+        "--finding",
+        default=os.environ.get("SIM_FINDING") or None,
+        help="hunt one of the review's findings with its old behaviour restored (sim/findings.py; 'list')",
+    )
     args = parser.parse_args(argv)
+
+    if args.finding is not None:
+        return _hunt(args)
 
     if args.seed is not None:
         return _one(args)
@@ -96,6 +104,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  replay: SIM_SEED={small.seed} SIM_PROFILE={small.profile} SIM_REPLAY={path} make sim", flush=True)
     print(f"sim: {len(outcomes)} seeds, {total} simulated acquisitions, {violations} violations", flush=True)
     return 1 if violations else 0
+
+
+def _hunt(args: argparse.Namespace) -> int:
+    from sim.findings import FINDINGS, hunt
+
+    if args.finding == "list" or args.finding not in FINDINGS:
+        for name, finding in FINDINGS.items():
+            print(f"{name}: issue {finding.issue}, {finding.title} (restored: {finding.what})")
+        return 0 if args.finding == "list" else 2
+    finding = FINDINGS[args.finding]
+    base = args.base if args.base is not None else secrets.randbelow(2**31)
+    print(f"sim: hunting {args.finding} (issue {finding.issue}: {finding.title})", flush=True)
+    print(f"  restored: {finding.what}; profile {finding.profile}, seeds from {base}", flush=True)
+    result = hunt(args.finding, base=base, max_seeds=args.seeds or 1000, max_cpu_s=args.seconds, jobs=args.jobs)
+    if result.found is None:
+        print(f"sim: {args.finding} not found in {result.seeds} seeds, {result.cpu_s:.0f} CPU-seconds", flush=True)
+        return 1
+    for line in result.found.violations[:5]:
+        print(f"  {line[:500]}", flush=True)
+    print(
+        f"sim: {args.finding} found by seed {result.found.seed} after {result.seeds} seeds, "
+        f"{result.cpu_s:.1f} CPU-seconds ({result.wall_s:.1f} s)",
+        flush=True,
+    )
+    return 0
 
 
 def _one(args: argparse.Namespace) -> int:

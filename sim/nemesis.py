@@ -8,6 +8,8 @@ with fewer and shorter faults — and printed as a replay. Families (``Config.fa
 * ``cut`` — a process loses the store (requests and answers) for up to 5 s;
 * ``lossy`` — for a while, answers are lost after their request applied, compare-and-sets answer
   "outcome unknown" (applied or not), requests are refused, some legs are slow;
+* ``paxos`` — for up to 10 s every Paxos round (compare-and-sets, SERIAL reads) times out, half of
+  them after applying: a replica paused (GC, a frozen VM) still "up" in gossip;
 * ``clock`` — one timesvc replica's wall clock steps (±0.1–600 s), runs fast (1.1×, 1.6×, 2×,
   10×) or slow (0.5×), or stops — one replica at a time, so a majority of clocks stays correct
   (the promise's assumption) — or it restarts misconfigured (``TIMESVC_REPLICAS=1``) with its
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FAMILIES", "FaultEvent", "Nemesis"]
 
-FAMILIES = ("pause", "crash", "cut", "lossy", "clock", "lie")
+FAMILIES = ("pause", "crash", "cut", "lossy", "paxos", "clock", "lie")
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class Nemesis:
                     "slow": round(rng.choice((0.0, 0.01, 0.05)), 3),
                 }
                 events.append(FaultEvent(t, "lossy", "*", rng.uniform(0.5, 10.0), dict(rates)))
+            elif family == "paxos":
+                events.append(FaultEvent(t, "paxos", "*", rng.uniform(0.5, 10.0)))
             elif family == "clock":
                 if c.timesvc and rng.random() < 0.7 and t >= clock_busy_until:
                     target = f"ts{rng.randrange(c.timesvc)}"
@@ -164,6 +168,9 @@ class Nemesis:
             net.lose_reply, net.cas_unknown = event.params["lose_reply"], event.params["cas_unknown"]
             net.refuse, net.slow = event.params["refuse"], event.params["slow"]
             world.at(end, self._heal_network)
+        elif event.family == "paxos":
+            self._mark("*", world.now, end)
+            sim.network.paxos_until = max(sim.network.paxos_until, end)
         elif event.family == "clock" and role is not None:
             self._clock(event, role, end)
         elif event.family == "lie" and role is not None:
@@ -215,6 +222,7 @@ class Nemesis:
     def _heal_all(self) -> None:
         sim = self.sim
         self._heal_network()
+        sim.network.paxos_until = -1
         sim.network.cut.clear()
         roles: list[Any] = [*sim.clients, *sim.leasewatch, *sim.timesvc]
         for role in roles:

@@ -64,7 +64,7 @@ class Config:
     tick: float = 0.5
     hold: float = 0.2
     """Longest time a worker holds a lock (uniform from 0) ..."""
-    long_hold: float = 0.08
+    long_hold: float = 0.03
     """... except this share of holds, which last 1–3 leases: the lease is renewed meanwhile (the
     keeper, its batches, renewals whose answers are lost)."""
     think: float = 0.2
@@ -463,6 +463,8 @@ class Client:
         lock.on_lost(lambda reason: sim.checkers.lost(state, reason))
         writes = rng.randint(0, 2) if c.resources else 0
         hold = rng.uniform(c.lease, 3 * c.lease) if rng.random() < c.long_hold else rng.uniform(0, c.hold)
+        if sim.world.now >= sim.end_of_work:
+            hold = min(hold, c.hold)  # the quiet phase drains the queues
         for k in range(writes):
             rt.sleep(rng.uniform(0, hold / (writes + 1)))
             if not lock.held:

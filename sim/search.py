@@ -37,14 +37,19 @@ class Profile:
     name: str = "mixed"
     base: Config = field(default_factory=Config)
     vary: bool = True
+    leases: tuple[float, ...] = (2.0, 3.0, 5.0)
+    """The lease lengths a seed chooses from."""
 
 
 PROFILES: dict[str, Profile] = {
     "mixed": Profile("mixed"),
     "quiet": Profile("quiet", Config(faults="none"), vary=True),
     "clocks": Profile("clocks", Config(faults="clock,pause,crash", fault_rate=0.2)),
-    "unknown": Profile("unknown", Config(faults="lossy,cut", fault_rate=0.3)),
+    "unknown": Profile("unknown", Config(faults="lossy,paxos,cut", fault_rate=0.3)),
     "processes": Profile("processes", Config(faults="pause,crash,cut", fault_rate=0.25)),
+    "leases": Profile(
+        "leases", Config(faults="lossy,paxos,cut,pause", fault_rate=0.4, long_hold=0.5), leases=(5.0, 10.0)
+    ),
 }
 
 
@@ -54,15 +59,17 @@ def config_for_seed(seed: int, profile: Profile) -> Config:
     if not profile.vary:
         return base
     rng = random.Random(f"{seed}/config")
+    lease = rng.choice(profile.leases)
     return replace(
         base,
+        quiet=max(base.quiet, 4 * lease),
         clients=rng.randint(2, 6),
         workers=rng.randint(1, 3),
         locks=rng.randint(1, 4),
         hosts=rng.randint(1, 3),
         timesvc=rng.choice((0, 1, 3, 3, 3, 5)),
         leasewatch=rng.choice((1, 2, 2, 3)),
-        lease=rng.choice((2.0, 3.0, 5.0)),
+        lease=lease,
         grace=rng.choice((0.5, 1.0)),
         hold=rng.choice((0.01, 0.2, 1.0)),
         think=rng.choice((0.0, 0.1, 0.5)),

@@ -210,6 +210,10 @@ class Network:
         """Probability that one leg of a request takes 50–1500 ms (a GC pause, a slow replica)."""
         self.client_timeout = 2.0
         """The driver's request timeout (seconds, on the client's clock)."""
+        self.paxos_until = -1
+        """Until then (virtual ns) every Paxos round — compare-and-sets and SERIAL reads — times out,
+        half of them after applying: a replica paused (a long GC, a frozen VM) stays "up" in gossip,
+        and rounds needing it time out for the pause and some seconds after (cassandra-modern/README)."""
 
     def delay(self) -> int:
         draw = self.rng.random
@@ -346,9 +350,14 @@ class SimStoreClient(CellStore):
         unknown_applies = unknown and draw() < 0.5
         kind = draw()
         lost = net.lose_reply and draw() < net.lose_reply
+        if cas and world.now < net.paxos_until:
+            # Times out: the answer never comes (the client's timeout settles it as unknown).
+            unknown, unknown_applies, lost = True, draw() < 0.5, True
 
         def arrive() -> None:
             if unknown and not unknown_applies:
+                if lost:
+                    return  # never applied, never answered
                 result: Any = None
             else:
                 try:

@@ -1,0 +1,168 @@
+"""The review's findings, kept as a corpus: for each, the old behaviour (the one fixed function put
+back) and the violation the simulator's *random search* must report against it.
+
+Six broken promises found by review of the code landed before issues 22–24 could be modelled here
+(the other two were configuration typos). Each entry below restores exactly what was fixed —
+nothing is scripted: :func:`hunt` runs fresh seeds of an ordinary search profile until one of them
+reports the finding's kind of violation, and says how many seeds and CPU-seconds that took
+(``python -m sim --finding NAME``; ``tests/sim/test_findings.py``; the table in BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from sim.search import Outcome, run_seed
+
+__all__ = ["FINDINGS", "Finding", "Hunt", "hunt"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    issue: int
+    title: str
+    profile: str
+    """The search profile (sim.search.PROFILES) whose random seeds look for it."""
+    kinds: tuple[str, ...]
+    """The checker kinds that report it."""
+    restore: Callable[[], None]
+    """Puts the old behaviour back (in this process)."""
+    what: str
+    """What is restored, in words."""
+
+
+# -- issue 23: unknown compare-and-set outcomes ------------------------------------------------------
+
+
+def _restore_23_1() -> None:
+    """Attempt ids gone: every compare-and-set value is what the change alone makes it, so a
+    renewal's retry writes exactly what its lost first attempt wrote — the adapter then reports the
+    retry applied and the lease is dated from the retry's start."""
+    from leasewatch import watcher
+    from lockclient import algorithm, fencing, lease, watermark
+    from lockclient.store import base
+
+    def no_attempt_id(runtime: object = None) -> str:
+        return ""
+
+    for module in (base, lease, algorithm, fencing, watermark, watcher):
+        module.new_attempt_id = no_attempt_id  # type: ignore[attr-defined]
+
+
+def _restore_23_2() -> None:
+    """A holder whose release is pending takes "my record was replaced by the next holder's" for a
+    loss (the old ``_release_tried`` covered only a record found absent)."""
+    from lockclient import lease
+    from lockclient.settle import Found
+
+    def old_judge_answer(current: str | None, *, ours: str, pending: object, release_sent: bool) -> Found:
+        if current == ours:
+            return Found.OURS
+        if current is not None and current in pending:  # type: ignore[operator]
+            return Found.PENDING
+        if current is None and release_sent:
+            return Found.READ_END
+        return Found.LOST
+
+    lease.judge_answer = old_judge_answer  # type: ignore[assignment]
+
+
+def _restore_23_3() -> None:
+    """A grant that fails with anything but "unavailable" propagates and leaves its record: the
+    old classification (WriteFailure and the other commit-step failures a plain StoreError) and the
+    old grant, which settled only StoreUnavailable. (Two layers were fixed; both go back.)"""
+    import sim.store as simstore
+    from lockclient import algorithm
+    from lockclient.errors import StoreError, StoreUnavailable
+    from lockclient.store import cassandra
+
+    original = cassandra.translate_error
+
+    def old_translate_error(exc: BaseException, what: str) -> StoreError:
+        name = type(exc).__name__
+        if name in ("WriteFailure", "ServerError", "OverloadedErrorMessage"):
+            return StoreError(f"Cassandra failed during {what}: {exc}")
+        return original(exc, what)
+
+    cassandra.translate_error = old_translate_error
+    simstore.translate_error = old_translate_error  # type: ignore[attr-defined]
+    settle = algorithm._settle
+
+    def old_settle(services: object, attempt: object, record: object, cause: StoreError) -> object:
+        if not isinstance(cause, StoreUnavailable):
+            raise cause  # the old grant: anything but "unavailable" escaped, the record stayed
+        return settle(services, attempt, record, cause)  # type: ignore[arg-type]
+
+    algorithm._settle = old_settle  # type: ignore[assignment]
+
+
+FINDINGS: dict[str, Finding] = {
+    "renewal-dated-from-retry": Finding(
+        23,
+        "a renewal's lease is dated from a retry that wrote nothing",
+        "leases",
+        ("lease",),
+        _restore_23_1,
+        "attempt ids removed from compare-and-set values",
+    ),
+    "released-lock-reported-lost": Finding(
+        23,
+        "a lock released cleanly is reported lost",
+        "leases",
+        ("lost",),
+        _restore_23_2,
+        "lockclient.settle.judge_answer as before the fix",
+    ),
+    "orphaned-grant": Finding(
+        23,
+        "a grant that fails with anything but 'unavailable' orphans a holder record",
+        "unknown",
+        ("liveness", "errors"),
+        _restore_23_3,
+        "WriteFailure/ServerError/Overloaded classified as plain errors, and take() settling only 'unavailable'",
+    ),
+}
+
+
+@dataclass
+class Hunt:
+    finding: str
+    found: Outcome | None
+    seeds: int
+    cpu_s: float
+    wall_s: float
+
+
+def _init(name: str) -> None:
+    FINDINGS[name].restore()
+
+
+def _one(args: tuple[int, str]) -> Outcome:
+    return run_seed(args[0], args[1])[0]
+
+
+def hunt(name: str, *, base: int, max_seeds: int, max_cpu_s: float | None = None, jobs: int | None = None) -> Hunt:
+    """Run seeds ``base, base + 1, ...`` of the finding's profile, with the old behaviour restored
+    in the worker processes, until one reports the finding's kind of violation."""
+    finding = FINDINGS[name]
+    jobs = jobs or max(1, os.cpu_count() or 1)
+    started = time.monotonic()
+    cpu = 0.0
+    tried = 0
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(jobs, initializer=_init, initargs=(name,)) as pool:
+        seeds: Iterator[int] = iter(range(base, base + max_seeds))
+        for outcome in pool.imap(_one, ((seed, finding.profile) for seed in seeds)):
+            tried += 1
+            cpu += outcome.cpu_s
+            if any(v.startswith(tuple(f"[{kind}]" for kind in finding.kinds)) for v in outcome.violations):
+                pool.terminate()
+                return Hunt(name, outcome, tried, cpu, time.monotonic() - started)
+            if max_cpu_s is not None and cpu > max_cpu_s:
+                break
+        pool.terminate()
+    return Hunt(name, None, tried, cpu, time.monotonic() - started)
