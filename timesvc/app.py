@@ -1,7 +1,8 @@
 """The timesvc HTTP service: ``create_app(settings)`` builds a FastAPI app.
 
-The lifespan opens the store and starts an APScheduler job that runs
-TryUpdateGlobalTime every ``tick``; ``GET /now`` runs it on demand too, with
+The lifespan opens the store and starts the periodic tick that runs TryUpdateGlobalTime every
+``tick`` (:mod:`lockclient.schedule`, on the event loop's monotonic clock, so a wall-clock step
+of the host does not stop it); ``GET /now`` runs it on demand too, with
 concurrent requests coalesced (:mod:`timesvc.coalesce`). Both go through the
 same coalescer, so a tick and a burst of requests never cost more than one
 store round trip at a time, and trips are rate-limited to one per
@@ -19,13 +20,12 @@ import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Annotated
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -40,6 +40,7 @@ from lockclient.globaltime import (
     wall_clock_us,
 )
 from lockclient.logs import get_logger
+from lockclient.schedule import PeriodicSchedule, run_schedule
 from lockclient.store import CellStore
 from lockclient.store.opener import StoreOpener, public_error
 from lockclient.store.url import parse_store_url
@@ -328,22 +329,16 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service = TimeService(settings, store=store, wall_us=wall_us, monotonic_ns=monotonic_ns)
         app.state.service = service
-        scheduler = AsyncIOScheduler()
-        scheduler.add_job(
-            service.tick,
-            "interval",
-            seconds=settings.tick,
-            id="try_update_global_time",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=datetime.now(UTC),
-        )
-        scheduler.start()
+        schedule = PeriodicSchedule()
+        schedule.add("tick", settings.tick, first_at=asyncio.get_running_loop().time())
+        ticker = asyncio.create_task(run_schedule(schedule, {"tick": service.tick}, name="timesvc"))
         log.info("timesvc_started", replica=settings.replica_id, tick_s=settings.tick, max_skew_s=settings.max_skew)
         try:
             yield
         finally:
-            scheduler.shutdown(wait=False)
+            ticker.cancel()
+            with suppress(asyncio.CancelledError):
+                await ticker
             await asyncio.to_thread(service.close)
             log.info("timesvc_stopped", replica=settings.replica_id)
 
