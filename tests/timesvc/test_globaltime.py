@@ -83,15 +83,42 @@ def test_cell_value_is_its_timestamp_and_never_decreases(store: CellStore) -> No
     assert not b.runaway
 
 
-def test_runaway_clock_among_live_replicas_is_guarded(store: CellStore) -> None:
+def test_a_fast_clock_among_live_replicas_is_refused_and_never_leaks(store: CellStore) -> None:
     h1, h2, fast = Clocks(1_000 * S), Clocks(1_000 * S), Clocks(1_600 * S)
     a, b, f = updater(store, h1, "h1"), updater(store, h2, "h2"), updater(store, fast, "fast")
     establish((a, h1), (b, h2))
-    for _ in range(20):
+    for i in range(20):
         _, _, result = tick((a, h1), (b, h2), (f, fast))
-        assert result.runaway
+        if i >= 2:  # it has seen both peers' readings change: they are running
+            assert result.runaway and "clock" in result.refusing
+            assert not result.current or result.now_us <= h1.wall + 1 * S
         assert result.now_us <= h1.wall + 1 * S, "the fast clock leaked into global time"
     assert f.runaway and not a.runaway and not b.runaway
+
+
+def test_a_clock_ahead_within_the_slack_is_capped_at_the_majoritys_support(store: CellStore) -> None:
+    """A clock 0.8 s ahead is not refused (within max_skew), but it never publishes more than the
+    support of the majority + max_skew/2: global time follows the correct clocks, not it."""
+    h1, h2, fast = Clocks(1_000 * S), Clocks(1_000 * S), Clocks(1_000 * S + 800_000)
+    a, b, f = updater(store, h1, "h1"), updater(store, h2, "h2"), updater(store, fast, "fast")
+    establish((a, h1), (b, h2))
+    for _ in range(40):
+        results = tick((a, h1), (b, h2), (f, fast))
+        assert all(r.now_us <= h1.wall + S // 2 + 1 for r in results), "more than max_skew/2 above the clocks"
+    assert not f.runaway
+
+
+def test_the_majority_s_support_is_the_f_plus_1_th_largest_clock(store: CellStore) -> None:
+    """Five replicas, two faulty (+600 s and +300 s): the third-largest fresh reading is a correct
+    clock, so global time follows the correct ones."""
+    clocks = [Clocks(1_000 * S), Clocks(1_000 * S), Clocks(1_000 * S), Clocks(1_600 * S), Clocks(1_300 * S)]
+    pairs = [(updater(store, c, f"r{i}", replicas=5), c) for i, c in enumerate(clocks)]
+    establish(*pairs[:3])
+    for _ in range(10):
+        results = tick(*pairs)
+        assert all(r.now_us <= clocks[0].wall + 1 * S for r in results)
+    assert pairs[3][0].runaway and pairs[4][0].runaway
+    assert not any(u.runaway for u, _ in pairs[:3])
 
 
 def test_first_value_needs_a_majority_so_a_runaway_starting_first_cannot_set_it(store: CellStore) -> None:
@@ -120,29 +147,49 @@ def test_no_freeze_after_the_fast_replica_dies(store: CellStore) -> None:
     assert after - before >= 10 * S * 0.99, "global time froze (the thesis' 10-minute freeze)"
 
 
+def test_the_carry_is_slowed_by_the_rate_bound(store: CellStore) -> None:
+    """Without a majority only the carry is published; it advances by the monotonic clock slowed by
+    ρ, so a monotonic clock running fast by up to ρ cannot move global time ahead of real time."""
+    clock = Clocks(1_000 * S)
+    a = GlobalTimeUpdater(
+        store,
+        replica_id="a",
+        replicas=3,
+        wall_us=clock.wall_us,
+        monotonic_ns=lambda: int(clock.mono * (1 + 500e-6)),  # runs 500 ppm fast
+    )
+    updater(store, Clocks(1_000 * S), "b", replicas=1).update()  # a value exists; b is gone: a is alone
+    first = a.update(report_clock=True).now_us
+    for _ in range(3600):
+        clock.advance(1.0)
+        last = a.update(report_clock=True).now_us
+    assert last - first <= 3600 * S, "the carry ran ahead of real time"
+    assert last - first >= 3600 * S * (1 - 2 * 500e-6), "the carry froze"
+
+
 @pytest.mark.parametrize("pause", [2.0, 10.0, 60.0])
 def test_a_runaway_replica_cannot_adopt_its_clock_while_the_healthy_ones_are_paused(
     store: CellStore, pause: float
 ) -> None:
-    """Finding 8: with the old rule, a replica 600 s ahead adopted its own clock once it had seen
+    """Finding 8: with an old rule, a replica 600 s ahead adopted its own clock once it had seen
     no trusted publisher for 4 ticks — pausing the healthy replicas for ~2 s moved global time
-    600 s ahead for good. Now only a majority of agreeing clocks may be adopted."""
+    600 s ahead for good. Now nothing but a majority's support puts a clock into global time."""
     h1, h2, fast = Clocks(1_000 * S), Clocks(1_000 * S), Clocks(1_600 * S)
     a, b, f = updater(store, h1, "h1"), updater(store, h2, "h2"), updater(store, fast, "fast")
     establish((a, h1), (b, h2))
     for _ in range(4):
         tick((a, h1), (b, h2), (f, fast))
+    assert f.runaway
     # The healthy replicas are paused (SIGSTOP, a partition from the store): they do not tick,
     # but real time passes on every machine.
     for _ in range(int(pause / 0.5)):
         result = f.update(report_clock=True)
-        assert result.runaway
         assert result.now_us - fast.wall < -599 * S  # still far behind the runaway clock
         assert result.now_us <= h1.wall + 1 * S, "global time jumped ahead of wall time"
         for c in (h1, h2, fast):
             c.advance(0.5)
-    # They come back: global time went on at real rate meanwhile (observed + elapsed) and the
-    # healthy replicas' clocks are within max_skew of it again.
+    # They come back: global time went on at real rate meanwhile (the carry) and the healthy
+    # replicas' clocks are within max_skew of it again.
     for _ in range(4):
         results = tick((a, h1), (b, h2), (f, fast))
         assert all(r.now_us <= h1.wall + 1 * S for r in results)
@@ -151,10 +198,97 @@ def test_a_runaway_replica_cannot_adopt_its_clock_while_the_healthy_ones_are_pau
     assert reading is not None and abs(reading.value_us - h1.wall) <= 1 * S
 
 
-def test_a_replica_in_sync_once_keeps_serving_when_its_clock_jumps_ahead(store: CellStore) -> None:
-    """``current`` is lost only by never having been in sync: a replica that tracked global time
-    and then has its clock jump 600 s ahead (rejected as runaway) still hands out observed +
-    elapsed, which its monotonic clock keeps current."""
+def test_a_replica_configured_for_one_beside_two_configured_for_three_refuses(store: CellStore) -> None:
+    """Issue 22 finding 2: configured TIMESVC_REPLICAS=1 with a clock +600 s, it was its own
+    majority. Now it counts the fresh readings it sees (three: it is no majority alone) and refuses
+    because its peers are configured for more."""
+    h1, h2, bad = Clocks(1_000 * S), Clocks(1_000 * S), Clocks(1_600 * S)
+    a, b = updater(store, h1, "h1"), updater(store, h2, "h2")
+    establish((a, h1), (b, h2))
+    m = updater(store, bad, "misconfigured", replicas=1)
+    for i in range(10):
+        results = tick((a, h1), (b, h2), (m, bad))
+        assert all(r.now_us <= h1.wall + 1 * S for r in results), "the misconfigured replica moved global time"
+        if i >= 1:
+            assert "replicas" in results[2].refusing and "clock" in results[2].refusing
+    assert not a.refusing and not b.refusing
+
+
+def test_a_replica_restarted_alone_with_too_few_replicas_still_cannot_publish_its_clock(store: CellStore) -> None:
+    """The healthy replicas are gone, but their readings (kept for CLOCK_READING_TTL) say they
+    were configured for three: a replica started with TIMESVC_REPLICAS=1 refuses, and global time
+    goes on from the carry, not from its clock 600 s ahead."""
+    h1, h2 = Clocks(1_000 * S), Clocks(1_000 * S)
+    a, b = updater(store, h1, "h1"), updater(store, h2, "h2")
+    establish((a, h1), (b, h2))
+    tick((a, h1), (b, h2))
+    bad = Clocks(h1.wall + 600 * S)
+    m = updater(store, bad, "misconfigured", replicas=1)
+    start = h1.wall
+    for _ in range(20):
+        result = m.update(report_clock=True)
+        assert "replicas" in result.refusing
+        assert result.now_us <= h1.wall + 1 * S
+        for c in (h1, bad):
+            c.advance(0.5)
+    assert result.now_us >= start + 8 * S, "global time must not freeze either"
+
+
+def test_more_fresh_readings_than_configured_is_counted_not_refused(store: CellStore) -> None:
+    """A rolling update runs a fourth replica beside three for a while (maxSurge 1), all configured
+    for three: the count of fresh readings is used (a majority of four), nobody refuses."""
+    clocks = [Clocks(1_000 * S) for _ in range(4)]
+    pairs = [(updater(store, c, f"r{i}"), c) for i, c in enumerate(clocks)]
+    establish(*pairs[:3])
+    for _ in range(6):
+        results = tick(*pairs)
+    assert all(not r.refusing for r in results)
+    assert results[0].fresh == 4 and results[0].needed == 3
+
+
+def test_a_dead_replica_s_last_reading_is_not_fresh(store: CellStore) -> None:
+    """A replica that starts sees its peers' readings for the first time: one that has stopped
+    (its reading stays until the TTL) must not count towards a majority."""
+    h1, h2, late = Clocks(1_000 * S), Clocks(1_000 * S), Clocks(1_000 * S)
+    a, b = updater(store, h1, "h1"), updater(store, h2, "h2")
+    establish((a, h1), (b, h2))
+    tick((a, h1), (b, h2))
+    # b stops for good; a new replica c starts while a is paused: it sees a's and b's last readings.
+    c = updater(store, late, "c")
+    for _ in range(6):
+        result = c.update(report_clock=True)
+        assert result.fresh == 1 and result.support_us is None
+        late.advance(0.5)
+
+
+def test_global_time_catches_up_a_small_lag_by_slewing_and_a_large_one_at_once(store: CellStore) -> None:
+    """Behind the majority's clocks by less than max_skew/2 (the carry lost ρ while no majority
+    ran), global time rises at most ρ faster than real time — no step that would put tickets taken
+    before it behind values read after it; left behind by more (an outage), it steps."""
+    h1, h2 = Clocks(1_000 * S), Clocks(1_000 * S)
+    a, b = updater(store, h1, "h1"), updater(store, h2, "h2")
+    establish((a, h1), (b, h2))
+    tick((a, h1), (b, h2))
+    # Global time 0.3 s behind both clocks.
+    h1.wall += 300_000
+    h2.wall += 300_000
+    previous = tick((a, h1), (b, h2), seconds=0.1)[1].now_us
+    for _ in range(100):
+        results = tick((a, h1), (b, h2), seconds=0.1)
+        for r in results:
+            assert r.now_us - previous <= 100_000 * (1 + 2 * 500e-6) + 2, "global time stepped"
+            previous = r.now_us
+    assert previous < h1.wall - 200_000, "caught up too fast"
+    # Now 10 s behind (more than max_skew/2): one step up to the clocks.
+    h1.wall += 10 * S
+    h2.wall += 10 * S
+    results = tick((a, h1), (b, h2))
+    assert results[-1].now_us >= h2.wall - 1 * S
+
+
+def test_a_replica_in_sync_keeps_serving_when_its_clock_jumps_ahead(store: CellStore) -> None:
+    """A replica whose clock jumps 600 s ahead is refused, but it still hands out the stored value
+    and its carry — current, since a majority's readings vouch for it."""
     h1, h2 = Clocks(1_000 * S), Clocks(1_000 * S)
     a, b = updater(store, h1, "h1"), updater(store, h2, "h2")
     establish((a, h1), (b, h2))
@@ -166,27 +300,30 @@ def test_a_replica_in_sync_once_keeps_serving_when_its_clock_jumps_ahead(store: 
         assert abs(result.now_us - h1.wall) <= 1 * S
 
 
-def test_stale_global_time_after_a_full_outage_is_adopted_by_a_majority(store: CellStore) -> None:
+def test_stale_global_time_after_a_full_outage_is_recovered_by_a_majority(store: CellStore) -> None:
     old = Clocks(1_000 * S)
     updater(store, old, "old", replicas=1).update()  # the last value before a full outage
     a_clock, b_clock, c_clock = Clocks(5_000 * S), Clocks(5_000 * S), Clocks(5_000 * S)
     a, b = updater(store, a_clock, "a"), updater(store, b_clock, "b")
     first = a.update(report_clock=True)
-    assert first.runaway  # 4000 s ahead of what it observes, and alone: not adopted
-    assert not first.current  # stale global time or a runaway clock: a cannot vouch for now_us (503)
+    assert first.published is False or first.now_us < 5_000 * S  # alone: only the carry
+    assert not first.current  # stale global time or a wrong clock: a cannot vouch for now_us (503)
     a_clock.advance(0.5)
     b_clock.advance(0.5)
-    results = tick((a, a_clock), (b, b_clock))  # b sees a's reading: 2 of 3 agree
+    results = tick((a, a_clock), (b, b_clock))  # they see each other's readings change: 2 of 3
+    results += tick((a, a_clock), (b, b_clock))
     results += tick((a, a_clock), (b, b_clock))
     assert not results[-1].runaway and not results[-2].runaway
     assert all(r.current for r in results[-2:])
     assert results[-1].now_us >= 5_000 * S, "a majority of healthy clocks recovers from stale global time"
-    # A third replica that is 600 s ahead of them stays guarded.
+    # A third replica that is 600 s ahead of them is refused; it hands out their time, not its own.
     c_clock.wall = a_clock.wall + 600 * S
     c = updater(store, c_clock, "c")
-    for _ in range(6):
+    for i in range(6):
         result = tick((a, a_clock), (b, b_clock), (c, c_clock))[2]
-        assert result.runaway and not result.current  # never in sync: c's /now answers 503
+        if i >= 2:
+            assert result.runaway and result.current
+        assert result.now_us <= a_clock.wall + 1 * S
     reading = read_global_time(store)
     assert reading is not None and reading.value_us <= a_clock.wall + 1 * S
 
