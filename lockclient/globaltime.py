@@ -70,6 +70,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from lockclient.errors import ClockError, StoreError
 from lockclient.logs import get_logger
@@ -101,10 +102,16 @@ RATE_BOUND = 500e-6
 """ρ: the largest rate error assumed of a correct wall clock and of every replica's monotonic
 clock (500 ppm: the most the Linux kernel slews a clock for NTP)."""
 
-CLOCK_READING_TTL = 600.0
-"""Seconds a replica's reading stays in the row after its last tick: only garbage collection, and
-how long a replica restarted with ``TIMESVC_REPLICAS`` too low still sees that its peers were
-configured for more."""
+READING_EXPIRY = 600.0
+"""Seconds (on the observer's monotonic clock) after which a reading that has not changed is deleted
+from the row: garbage collection of replicas that are gone — and how long a replica restarted with
+``TIMESVC_REPLICAS`` too low still sees that its peers were configured for more. Not a TTL: a TTL is
+judged by a wall clock (SQLite's, the reader's), and a replica whose clock is ten minutes ahead would
+see every peer's reading expired and believe itself alone."""
+
+TRUST_MARGIN_US = 50_000
+"""How far beyond the support's lateness a starting replica's clock is still trusted at once: a
+peer's write delay (the support counts from when its reading became visible, not when it was taken)."""
 
 log = get_logger("lockclient.globaltime")
 
@@ -125,6 +132,8 @@ class ClockReading:
     """The publisher refused its own clock."""
     replicas: int | None = None
     """The publisher's configured replica count (None: an older replica that does not say)."""
+    timestamp: int = 0
+    """The cell's write timestamp."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +148,7 @@ class GlobalTimeReading:
     clocks: tuple[ClockReading, ...] = ()
 
 
-def _parse_clock(column: str, raw: str) -> ClockReading | None:
+def _parse_clock(column: str, raw: str, timestamp: int) -> ClockReading | None:
     try:
         data = json.loads(raw)
         replicas = data.get("n")
@@ -149,6 +158,7 @@ def _parse_clock(column: str, raw: str) -> ClockReading | None:
             int(data["s"]),
             bool(data.get("r", False)),
             int(replicas) if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 0 else None,
+            timestamp,
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None  # a malformed reading counts for nobody
@@ -160,7 +170,7 @@ def read_global_time_row(store: CellStore) -> GlobalTimeReading:
     clocks = tuple(
         reading
         for column, cell in sorted(cells.items())
-        if column.startswith(CLOCK_PREFIX) and (reading := _parse_clock(column, cell.value)) is not None
+        if column.startswith(CLOCK_PREFIX) and (reading := _parse_clock(column, cell.value, cell.timestamp)) is not None
     )
     cell = cells.get(GLOBAL_TIME_COLUMN)
     if cell is None:
@@ -286,7 +296,9 @@ class GlobalTimeUpdater:
         # monotonic clock at most (1 + ρ): per second of ours, at least this much of theirs.
         self._peer_rate = (1 - rate_bound) / (1 + rate_bound)
         self._stale_after_ns = int(stale_after * 1_000_000_000)
-        self._clock_ttl = max(CLOCK_READING_TTL, 20 * stale_after)
+        self._expiry_ns = int(max(READING_EXPIRY, 20 * stale_after) * 1_000_000_000)
+        self._expired: dict[str, int] = {}
+        """Peers' readings unchanged for the expiry: replica -> the cell's write timestamp."""
         self._wall_us = wall_us
         self._monotonic_ns = monotonic_ns
         self._lock = threading.Lock()
@@ -298,6 +310,8 @@ class GlobalTimeUpdater:
         self._seq = 0
         self._clock_ts = 0
         self._refusing: dict[str, str] = {}
+        self._trusted: tuple[int, int] | None = None
+        """Our clock as far as we trust it, and when (monotonic ns): see :meth:`_trusted_clock`."""
         self._current = not guard
         self.last_publisher = ""
         self.peer_offsets_us: dict[str, int] = {}
@@ -370,9 +384,14 @@ class GlobalTimeUpdater:
                         CLOCK_PREFIX + self._replica_id,
                         reading_json,
                         timestamp=stamp,
-                        ttl=self._clock_ttl,  # garbage collection of replicas that are gone
                     )
                 )
+                # Garbage collection of replicas that are gone, by observation (READING_EXPIRY). The
+                # tombstone is just above the reading it hides: the replica, if it ever comes back,
+                # writes its next reading above global time, far above that.
+                for replica, written in self._expired.items():
+                    writes.append(partial(self._forget, CLOCK_PREFIX + replica, written + 1))
+                self._expired = {}
             if writes:
                 self._store.run_concurrently(writes)
             if published:
@@ -421,6 +440,9 @@ class GlobalTimeUpdater:
                 current=self._current,
             )
 
+    def _forget(self, column: str, timestamp: int) -> None:
+        self._store.delete(Table.GLOBAL_TIME, GLOBAL_TIME_ROW, column, timestamp=timestamp)
+
     def _update_unguarded(self, local: int, reading: GlobalTimeReading, read_done: int) -> UpdateResult:
         """``guard=False``: publish ``max(local, observed + elapsed)`` (caller holds the lock)."""
         read = reading.value_us
@@ -445,18 +467,18 @@ class GlobalTimeUpdater:
 
     def _fresh(
         self, local: int, reading: GlobalTimeReading, now_ns: int, unseen_ns: int
-    ) -> tuple[list[tuple[int, int]], int]:
+    ) -> tuple[list[tuple[int, int]], int, int]:
         """The fresh readings, each with how late we may have seen it — ours first, exact; each
-        running peer's extrapolated to now — and the largest replica count any reading in the row
-        was configured with (caller holds the lock)."""
+        running peer's extrapolated to now — and the largest replica count the fresh readings, and
+        any reading in the row, were configured with (caller holds the lock)."""
         values = [(local, 0)]
         offsets: dict[str, int] = {}
-        claimed = 0
+        claimed_fresh = claimed_any = 0
         for peer in reading.clocks:
             if peer.replica == self._replica_id:
                 continue
             if peer.replicas is not None:
-                claimed = max(claimed, peer.replicas)
+                claimed_any = max(claimed_any, peer.replicas)
             known = self._peers.get(peer.replica)
             if known is None:
                 # First sight: it may be the last reading of a replica that is gone. Fresh only
@@ -465,6 +487,8 @@ class GlobalTimeUpdater:
                 continue
             if known.seq != peer.seq:
                 known = self._peers[peer.replica] = _Peer(peer.seq, peer.wall_us, now_ns, True, unseen_ns)
+            if now_ns - known.first_seen_ns > self._expiry_ns:
+                self._expired[peer.replica] = peer.timestamp
             if not known.confirmed or now_ns - known.first_seen_ns > self._stale_after_ns:
                 continue  # not seen running lately
             # The reading was taken before the read that returned it completed (first_seen), so
@@ -473,19 +497,23 @@ class GlobalTimeUpdater:
             estimate = known.wall_us + int((now_ns - known.first_seen_ns) * self._peer_rate) // 1_000
             values.append((estimate, known.unseen_ns // 1_000))
             offsets[peer.replica] = estimate - local
+            if peer.replicas is not None:
+                claimed_fresh = max(claimed_fresh, peer.replicas)
         present = {peer.replica for peer in reading.clocks}
         for gone in [name for name in self._peers if name not in present]:
-            del self._peers[gone]  # its reading expired (TTL)
+            del self._peers[gone]  # its reading was deleted
         self.peer_offsets_us = offsets
         self.replicas_seen = len(values)
-        return values, claimed
+        return values, claimed_fresh, claimed_any
 
     def _choose(self, local: int, reading: GlobalTimeReading, read_done: int, unseen_ns: int) -> _Choice:
         """The candidate to publish (None: nothing may be published yet) and why (caller holds the lock)."""
         read = reading.value_us
-        values, claimed = self._fresh(local, reading, read_done, unseen_ns)
+        values, claimed_fresh, claimed_any = self._fresh(local, reading, read_done, unseen_ns)
         fresh = len(values)
-        deployed = max(self._replicas, fresh)
+        # A peer configured for more replicas, even one that stopped a while ago, means we may be
+        # running with TIMESVC_REPLICAS too low: count with the largest (a majority of that many).
+        deployed = max(self._replicas, fresh, claimed_any)
         needed = deployed // 2 + 1
         faulty = deployed - needed
         support: int | None = None
@@ -493,10 +521,10 @@ class GlobalTimeUpdater:
         if fresh >= needed:
             support, late_us = sorted(values, reverse=True)[faulty]
         refusing: dict[str, str] = {}
-        if claimed > self._replicas:
+        if claimed_fresh > self._replicas:
             refusing["replicas"] = (
-                f"configured for {self._replicas} replicas (TIMESVC_REPLICAS), but a peer is configured for "
-                f"{claimed}; {fresh} fresh clock readings seen"
+                f"configured for {self._replicas} replicas (TIMESVC_REPLICAS), but a running peer is configured "
+                f"for {claimed_fresh}; {fresh} fresh clock readings seen"
             )
         # The support is a lower bound, late by up to when we first saw its reading: a clock ahead
         # of it is refused only beyond that too (a clock behind it is wrong at max_skew already).
@@ -505,35 +533,42 @@ class GlobalTimeUpdater:
                 f"local clock {(local - support) / 1e6:+.3f}s from the support of a majority of fresh clock "
                 f"readings ({fresh} seen), beyond max_skew {self._max_skew_us / 1e6:g}s"
             )
+        trusted = self._trusted_clock(local, read_done, support, late_us)
         if self._observed_us is None and read is not None:
             self._observed_us, self._observed_at_ns = read, read_done
-        carry = ceiling = None
+        carry = None
         if self._observed_us is not None:
-            elapsed = read_done - self._observed_at_ns
-            carry = self._observed_us + int(elapsed * (1 - self._rho)) // 1_000
-            ceiling = self._observed_us + int(elapsed * (1 + self._rho)) // 1_000
+            carry = self._observed_us + int((read_done - self._observed_at_ns) * (1 - self._rho)) // 1_000
         clocks = None
-        if support is not None and not refusing:
-            clocks = min(local, support + self._slack_us)
-            if carry is not None and ceiling is not None and clocks > ceiling:
-                if clocks - carry > self._slack_us:
-                    # Global time is behind a majority's clocks by more than the slack: it was left
-                    # behind (every replica was down, no majority for a long while) — catch up at once.
-                    log.warning(
-                        "global_time_behind_clocks",
-                        global_us=carry,
-                        clocks_us=clocks,
-                        behind_s=round((clocks - carry) / 1e6, 6),
-                        fresh=fresh,
-                        detail="a majority of fresh clock readings is ahead of global time; stepping to it",
-                    )
-                else:
-                    clocks = ceiling  # slew: at most ρ faster than the carry
+        if support is not None and trusted is not None and not refusing:
+            clocks = min(trusted, support + self._slack_us)
         if clocks is None:
             return _Choice(carry, False, fresh, needed, support, refusing)
         if carry is None or clocks >= carry:
             return _Choice(clocks, True, fresh, needed, support, refusing)
         return _Choice(carry, False, fresh, needed, support, refusing)
+
+    def _trusted_clock(self, local: int, now_ns: int, support: int | None, late_us: int) -> int | None:
+        """Our clock as far as we trust it: it follows the wall clock down at once, but up at most
+        ρ faster than our monotonic clock — so a clock that jumps ahead or runs fast while we run
+        moves what we publish no faster than rate 1 + ρ (clients extrapolate global time at real
+        rate: a step would put tickets taken before it behind values read after it). Trust starts
+        at the first support: our clock if it is within the support's lateness of it (a correct
+        clock, seen through the store's delay), else the support plus that lateness."""
+        if support is None and self._trusted is None:
+            return None
+        if self._trusted is None:
+            start = min(local, support + late_us + TRUST_MARGIN_US) if support is not None else local
+            self._trusted = (start, now_ns)
+            return start
+        value, at = self._trusted
+        trusted = min(local, value + int((now_ns - at) * (1 + self._rho)) // 1_000)
+        if support is not None:
+            # Never held below the support (after our clock was back from a jump down): up to the
+            # support is no step — it is at most a correct clock, which global time follows anyway.
+            trusted = max(trusted, min(local, support))
+        self._trusted = (trusted, now_ns)
+        return trusted
 
 
 @dataclass(frozen=True, slots=True)

@@ -264,9 +264,17 @@ class TimeService:
         taking tickets that may lag real time by as long as the store or the other replicas were
         out (tests/faults finding 2).
 
-        A replica that refuses its clock still answers: its answers are the stored value and its
-        carry, the same values every replica hands out, never its clock."""
+        Raises it too while this replica refuses its own clock: it could only hand out the stored
+        value and its carry (never its clock), which advance in steps of the other replicas'
+        writes — clients extrapolate between answers at real rate, so they are better served by a
+        replica that follows a clock. (A replica refusing only because a peer is configured for
+        more replicas still answers: that is a rolling update's transient as often as a mistake.)"""
         result = await self.coalescer()
+        if "clock" in result.refusing:
+            raise GlobalTimeNotCurrent(
+                f"replica {self.settings.replica_id} refuses its own clock ({result.refusing['clock']}): "
+                "ask another replica"
+            )
         if not result.current:
             seen = (
                 f"{result.fresh} fresh clock readings of the {result.needed} a majority needs"
