@@ -276,9 +276,17 @@ class ReplicaTimeOut(BaseModel):
     answered_age_s: float | None = Field(description="seconds since its last answer")
     version: str | None
     ready: bool | None
-    runaway: bool | None
+    runaway: bool | None = Field(description="its clock is refused (disagrees with the majority by more than max_skew)")
+    refusing: dict[str, str] = Field(
+        description="why it publishes only the carry, never its clock, by kind: clock, replicas (empty: it does not)"
+    )
     in_sync: bool | None
     offset_s: float | None = Field(description="its wall clock minus GlobalTime at its last tick")
+    support_offset_s: float | None = Field(
+        description="its wall clock minus the support of a majority of fresh clock readings (None: no majority)"
+    )
+    fresh_readings: int | None = Field(description="fresh clock readings it saw, its own included")
+    needed_readings: int | None = Field(description="fresh readings a majority needs")
     max_skew_s: float | None
     last_tick_ok: bool | None
     last_ok_tick_age_s: float | None = Field(
