@@ -310,6 +310,8 @@ class GlobalTimeUpdater:
         self._seq = 0
         self._clock_ts = 0
         self._refusing: dict[str, str] = {}
+        self._clock_refusal: str | None = None
+        self._clock_agreed_since_ns: int | None = None
         self._trusted: tuple[int, int] | None = None
         """Our clock as far as we trust it, and when (monotonic ns): see :meth:`_trusted_clock`."""
         self._current = not guard
@@ -528,11 +530,23 @@ class GlobalTimeUpdater:
             )
         # The support is a lower bound, late by up to when we first saw its reading: a clock ahead
         # of it is refused only beyond that too (a clock behind it is wrong at max_skew already).
-        if support is not None and not -self._max_skew_us <= local - support <= self._max_skew_us + late_us:
-            refusing["clock"] = (
-                f"local clock {(local - support) / 1e6:+.3f}s from the support of a majority of fresh clock "
-                f"readings ({fresh} seen), beyond max_skew {self._max_skew_us / 1e6:g}s"
-            )
+        if support is not None:
+            offset = local - support
+            if not -self._max_skew_us <= offset <= self._max_skew_us + late_us:
+                self._clock_agreed_since_ns = None
+                self._clock_refusal = (
+                    f"local clock {offset / 1e6:+.3f}s from the support of a majority of fresh clock "
+                    f"readings ({fresh} seen), beyond max_skew {self._max_skew_us / 1e6:g}s"
+                )
+            elif self._clock_refusal is not None:
+                # Refused until it has agreed for stale_after: a replica that sees its peers late
+                # (a slow process) must not flap between refusing and publishing.
+                if self._clock_agreed_since_ns is None:
+                    self._clock_agreed_since_ns = read_done
+                elif read_done - self._clock_agreed_since_ns >= self._stale_after_ns:
+                    self._clock_refusal = None
+        if self._clock_refusal is not None:
+            refusing["clock"] = self._clock_refusal
         trusted = self._trusted_clock(local, read_done, support, late_us)
         if self._observed_us is None and read is not None:
             self._observed_us, self._observed_at_ns = read, read_done
