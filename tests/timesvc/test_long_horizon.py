@@ -137,7 +137,6 @@ def simulate(
         except GlobalTimeNotEstablished:
             continue  # the first value needs a majority; nothing was handed out
         out.runs += 1
-        r.refused = r.refused or "clock" in result.refusing
         real_us = T0_US + int(t * S)
         assert result.now_us >= highest, f"global time decreased at t={t:.3f}s ({r.name})"
         highest = result.now_us
@@ -148,6 +147,7 @@ def simulate(
         if t > 60:
             out.max_behind_s = max(out.max_behind_s, -ahead)
         out.values.append((t, value))
+        r.refused = r.refused or result.runaway  # its clock refused ("clock" in result.refusing)
     return out
 
 
