@@ -270,7 +270,7 @@ def parse_timesvc_urls(urls: str | Sequence[str]) -> list[str]:
 
 def _parse_now(response: httpx.Response, url: str) -> int:
     if response.status_code != 200:
-        # Say why (e.g. "not in sync with global time yet"), not only the status line.
+        # Say why (e.g. "cannot vouch that global time is current"), not only the status line.
         try:
             detail = str(response.json().get("detail", ""))
         except (ValueError, AttributeError):
