@@ -21,38 +21,41 @@ clock, exactly, and each peer whose sequence number it saw change within ``stale
 own monotonic clock (a reading it has only seen once, e.g. a dead replica's, is not fresh) — each
 extrapolated by its own monotonic clock since it first saw it, conservatively: slowed by the rate
 bound ``ρ`` (:data:`RATE_BOUND`) on both clocks, so a correct peer's extrapolated reading is never
-above that peer's clock. With ``k`` fresh readings, ``n' = max(n, k)``, ``m = n'//2 + 1`` and
-``f' = n' - m``:
+above that peer's clock. With ``k`` fresh readings, ``n' = max(n, k, the largest n any reading in
+the row says)``, ``m = n'//2 + 1`` and ``f' = n' - m``:
 
 * **support** ``S`` = the ``(f'+1)``-th largest fresh reading, defined when ``k >= m``. At most
   ``f'`` readings are faulty, so the largest ``f'+1`` hold a correct one: ``S`` is at most some
   correct clock, and so at most real time + ``max_skew/2`` when correct clocks are within
   ``max_skew/2`` of real time.
-* **candidate** = ``min(local, S + slack)`` (``slack`` = ``max_skew/2``), then at least the
+* **candidate** = ``min(trusted clock, S + slack)`` (``slack`` = ``max_skew/2``), then at least the
   **carry** ``observed + elapsed · (1 - ρ)``: the last value known to be persisted, advanced by
   this replica's monotonic clock since the read that returned it *completed*, slowed by ``ρ`` so
   that a monotonic clock running fast by up to ``ρ`` cannot drag global time either. The carry
   is why global time never freezes while one replica runs (the thesis' 10-minute freeze) —
   even with no majority fresh, when the candidate is the carry alone.
-* **slew**: a candidate from the clocks rises at most ``ρ`` faster than the carry, i.e. above
-  ``observed + elapsed · (1 + ρ)`` only when it is more than ``slack`` ahead of the carry (global
-  time fell behind a majority's clocks — the first value, recovery after every replica was down).
-  Clients extrapolate global time at real rate between answers; a step would put the tickets of
-  samples taken before it behind values read after it.
+* **trusted clock**: the local clock enters the candidate as far as it is trusted — down at once,
+  up at most ρ faster than this replica's monotonic clock, never below ``min(local, S)``. So a clock
+  that jumps ahead or runs fast *while its replica runs* moves the candidate no faster than 1 + ρ:
+  clients extrapolate global time at real rate between answers, and a step would put the tickets of
+  samples taken before it behind values read after it. (Slewing global time itself does not work:
+  the value read from the store is a sample already up to a tick old, and replicas anchored on it
+  were held behind their own clocks.)
 
 So every value is at most ``max(S + slack, carry)``: **at most real time + max_skew**, whatever a
 minority of clocks does; a faulty clock can lift global time above the correct clocks by at most
-``slack``, and only at rate ``ρ``. Why a slack at all: the peers' readings are seen through the
+``slack``, and only at rate ρ. Why a slack at all: the peers' readings are seen through the
 store, up to one tick late, so without it the replica with the highest correct clock would always
 be held to a lagging peer and global time would trail real time by the observation delay and jump
-when /now traffic shortens it (docs/design-global-time.md has the measurements).
+when /now traffic shortens it (docs/design-global-time.md).
 
 **Refusal.** A replica whose clock differs from the support by more than ``max_skew``
-(``"clock"``), or whose configuration is contradicted by a peer configured for more replicas
-(``"replicas"``: it may be running with ``TIMESVC_REPLICAS`` too low), *refuses*: it publishes only
-the carry, never its clock, and says so (:attr:`UpdateResult.refusing`). The count of fresh readings
-is used in the rule itself (``n' = max(n, k)``), so a replica configured for too few cannot be its own
-majority.
+(``"clock"``; ahead: beyond how late it may have seen the support's reading, too; it stays refused
+until it has agreed for ``stale_after``), or whose configuration is contradicted by a running peer
+configured for more replicas (``"replicas"``: it may be running with ``TIMESVC_REPLICAS`` too low),
+*refuses*: it publishes only the carry, never its clock, and says so (:attr:`UpdateResult.refusing`).
+The counts are used in the rule itself (``n'``), so a replica configured for too few cannot be its
+own majority — not even alone, while its peers' readings are in the row (:data:`READING_EXPIRY`).
 
 **Current.** A replica's answers are *current* when its last run with a support found global time
 at most ``max_skew`` below it — or, while it has never seen a majority, when its own clock agrees
