@@ -1,4 +1,5 @@
-"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues] [--quick] [--k K] [--only PEERS] [--max-n N]``.
+"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues|clockfaults] [--quick] [--k K] [--only PEERS]
+[--max-n N] [--seconds S] [--parallel N]``.
 
 See bench/README.md.
 """
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale", "queues"],
+        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale", "queues", "clockfaults"],
         help="which benchmark (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite ~3 minutes)")
@@ -49,9 +50,20 @@ def main(argv: list[str] | None = None) -> int:
         help="largest number of live lock ids in the scale benchmark (default 100,000; with all or --quick 10,000)",
     )
     parser.add_argument("--only-n", type=int, default=None, help="scale benchmark: only the points with this N")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="clockfaults: seconds per clock fault (default 600; with all 60, with --quick 30)",
+    )
+    parser.add_argument(
+        "--parallel", type=int, default=3, help="clockfaults: how many clock faults run side by side (default 3)"
+    )
     args = parser.parse_args(argv)
     if args.k is not None and args.k < 1:
         parser.error("--k must be at least 1")
+    if args.seconds is not None and args.seconds < 10:
+        parser.error("--seconds must be at least 10")
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     started = time.monotonic()
@@ -87,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
 
         # `make bench` (all) runs the short version (one round, short windows); `bench queues` the whole.
         queues.run(quick=args.which == "all" or args.quick)
+    if args.which in ("all", "clockfaults"):
+        from bench import clockfaults
+
+        default = 30.0 if args.quick else 60.0 if args.which == "all" else 600.0
+        clockfaults.run(seconds=args.seconds or default, parallel=max(1, args.parallel))
     print(f"[bench] done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 

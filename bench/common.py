@@ -96,7 +96,16 @@ def _http_get_json(url: str, timeout: float = 1.0) -> Any:
 class ServiceProcess:
     """One ``timesvc serve`` or ``leasewatch serve`` on 127.0.0.1 with a free port, logging to a file."""
 
-    def __init__(self, service: str, name: str, store_url: str, log_dir: Path, settings: dict[str, str]) -> None:
+    def __init__(
+        self,
+        service: str,
+        name: str,
+        store_url: str,
+        log_dir: Path,
+        settings: dict[str, str],
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        """``extra_env``: more environment variables (e.g. libfaketime's), set last."""
         self.name = name
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
@@ -115,6 +124,7 @@ class ServiceProcess:
                 **{f"{prefix}_{k}": v for k, v in settings.items()},
             }
         )
+        env.update(extra_env or {})
         self._log = self.log_path.open("ab")
         # The interpreter itself (not a console-script shim), so self.pid is the server.
         self.proc = subprocess.Popen(
@@ -176,18 +186,38 @@ class Fleet:
         self.log_dir = log_dir
         self.processes: list[ServiceProcess] = []
 
-    def timesvc(self, store_url: str, name: str, *, tick: float = 0.5, replicas: int = 1) -> ServiceProcess:
-        settings = {"TICK": str(tick), "REPLICAS": str(replicas)}
-        proc = ServiceProcess("timesvc", name, store_url, self.log_dir, settings)
+    def timesvc(
+        self,
+        store_url: str,
+        name: str,
+        *,
+        tick: float = 0.5,
+        replicas: int = 1,
+        extra_env: dict[str, str] | None = None,
+        log_level: str = "warning",
+    ) -> ServiceProcess:
+        settings = {"TICK": str(tick), "REPLICAS": str(replicas), "LOG_LEVEL": log_level}
+        proc = ServiceProcess("timesvc", name, store_url, self.log_dir, settings, extra_env)
         self.processes.append(proc)
         return proc
 
     def leasewatch(
-        self, store_url: str, name: str, *, scan_interval: float = 1.0, settings: dict[str, str] | None = None
+        self,
+        store_url: str,
+        name: str,
+        *,
+        scan_interval: float = 1.0,
+        settings: dict[str, str] | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> ServiceProcess:
         """``settings``: more ``LEASEWATCH_*`` variables, without the prefix."""
         proc = ServiceProcess(
-            "leasewatch", name, store_url, self.log_dir, {"SCAN_INTERVAL": str(scan_interval), **(settings or {})}
+            "leasewatch",
+            name,
+            store_url,
+            self.log_dir,
+            {"SCAN_INTERVAL": str(scan_interval), **(settings or {})},
+            extra_env,
         )
         self.processes.append(proc)
         return proc

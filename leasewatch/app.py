@@ -1,7 +1,8 @@
 """The leasewatch HTTP service: ``create_app(settings)`` builds a FastAPI app.
 
-The lifespan opens the store, starts the scan job (APScheduler, every
-``scan_interval``) and the store garbage collection job. The API:
+The lifespan opens the store and starts the periodic jobs (:mod:`lockclient.schedule`, on the
+event loop's monotonic clock: a wall-clock step of the host changes no period and no bound). The
+API:
 
 * ``GET /locks?limit=&after=&prefix=`` — one page of the locks with live state, in lock-id
   order, searchable by prefix; the next page's address is in the ``Link`` header
@@ -61,7 +62,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -70,7 +71,6 @@ from importlib import resources
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -88,6 +88,7 @@ from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied,
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
 from lockclient.lockid import INDEX_SHARDS, MAX_LOCK_ID_BYTES, validate_lock_id
 from lockclient.logs import get_logger
+from lockclient.schedule import PeriodicSchedule, run_schedule
 from lockclient.store import CellStore, Table
 from lockclient.store.opener import StoreOpener, public_error
 from lockclient.version import __version__, build_info
@@ -275,9 +276,17 @@ class ReplicaTimeOut(BaseModel):
     answered_age_s: float | None = Field(description="seconds since its last answer")
     version: str | None
     ready: bool | None
-    runaway: bool | None
+    runaway: bool | None = Field(description="its clock is refused (disagrees with the majority by more than max_skew)")
+    refusing: dict[str, str] = Field(
+        description="why it publishes only the carry, never its clock, by kind: clock, replicas (empty: it does not)"
+    )
     in_sync: bool | None
     offset_s: float | None = Field(description="its wall clock minus GlobalTime at its last tick")
+    support_offset_s: float | None = Field(
+        description="its wall clock minus the support of a majority of fresh clock readings (None: no majority)"
+    )
+    fresh_readings: int | None = Field(description="fresh clock readings it saw, its own included")
+    needed_readings: int | None = Field(description="fresh readings a majority needs")
     max_skew_s: float | None
     last_tick_ok: bool | None
     last_ok_tick_age_s: float | None = Field(
@@ -937,58 +946,32 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service = Leasewatch(settings, store)
         app.state.service = service
-        scheduler = AsyncIOScheduler()
-        scheduler.add_job(
-            service.scan,
-            "interval",
-            seconds=settings.scan_interval,
-            id="scan",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=datetime.now(UTC),
-        )
-        scheduler.add_job(
-            service.refresh_partitions,
-            "interval",
-            seconds=min(settings.scan_interval, settings.partition_lease / 6),
-            id="refresh",
-            max_instances=1,
-            coalesce=True,
-        )
-        scheduler.add_job(service.check_due, "interval", seconds=DUE_CHECK_S, id="due", max_instances=1, coalesce=True)
-        scheduler.add_job(
-            service.collect_garbage,
-            "interval",
-            seconds=settings.gc_interval,
-            id="gc",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=datetime.now(UTC),  # the store's size is known from the start
-        )
-        scheduler.add_job(
-            service.sample_trends,
-            "interval",
-            seconds=settings.trend_interval,
-            id="trends",
-            max_instances=1,
-            coalesce=True,
-        )
+        schedule = PeriodicSchedule()
+        now = asyncio.get_running_loop().time()
+        jobs: dict[str, Callable[[], Awaitable[object]]] = {
+            "scan": service.scan,
+            "refresh": service.refresh_partitions,
+            "due": service.check_due,
+            "gc": service.collect_garbage,
+            "trends": service.sample_trends,
+        }
+        schedule.add("scan", settings.scan_interval, first_at=now)
+        refresh = min(settings.scan_interval, settings.partition_lease / 6)
+        schedule.add("refresh", refresh, first_at=now + refresh)
+        schedule.add("due", DUE_CHECK_S, first_at=now + DUE_CHECK_S)
+        schedule.add("gc", settings.gc_interval, first_at=now)  # the store's size is known from the start
+        schedule.add("trends", settings.trend_interval, first_at=now + settings.trend_interval)
         if service.time_view is not None:
-            scheduler.add_job(
-                service.poll_time,
-                "interval",
-                seconds=min(TIME_POLL_INTERVAL_S, settings.trend_interval),
-                id="time",
-                max_instances=1,
-                coalesce=True,
-                next_run_time=datetime.now(UTC),
-            )
-        scheduler.start()
+            jobs["time"] = service.poll_time
+            schedule.add("time", min(TIME_POLL_INTERVAL_S, settings.trend_interval), first_at=now)
+        driver = asyncio.create_task(run_schedule(schedule, jobs, name="leasewatch"))
         log.info("leasewatch_started", replica=settings.replica_id, scan_interval_s=settings.scan_interval)
         try:
             yield
         finally:
-            scheduler.shutdown(wait=False)
+            driver.cancel()
+            with suppress(asyncio.CancelledError):
+                await driver
             await service.aclose()
 
     app = FastAPI(

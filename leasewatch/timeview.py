@@ -2,7 +2,8 @@
 
 Locks are only as fair as the tickets' global time, and the person looking at the lock page
 wants to know, without a shell, whether every timesvc replica is up, in sync with GlobalTime,
-not runaway, publishing, and serving ``/now``. The replicas already say so in their own
+publishing its clock (not refusing it: its clock disagrees with the majority's, or its
+``TIMESVC_REPLICAS`` with its peers'), and serving ``/now``. The replicas already say so in their own
 ``GET /status``; leasewatch polls it server-side (``LEASEWATCH_TIMESVC_URLS``) so that
 
 * the browser needs no route to timesvc and no second token (``LEASEWATCH_TIMESVC_TOKEN``
@@ -64,9 +65,15 @@ class ReplicaTime:
     version: str | None
     ready: bool | None
     runaway: bool | None
+    refusing: dict[str, str]
+    """Why it publishes only the carry, never its clock, by kind (clock, replicas); empty: it does not refuse."""
     in_sync: bool | None
     offset_s: float | None
     """Its wall clock minus GlobalTime at its last tick."""
+    support_offset_s: float | None
+    """Its wall clock minus the support of a majority of fresh clock readings (None: no majority seen)."""
+    fresh_readings: int | None
+    needed_readings: int | None
     max_skew_s: float | None
     last_tick_ok: bool | None
     last_ok_tick_age_s: float | None
@@ -233,6 +240,13 @@ class TimeView:
             if isinstance(peers, dict)
             else {}
         )
+        raw_refusing = a.get("refusing")
+        refusing = (
+            {str(k)[:32]: str(v)[:300] for k, v in list(raw_refusing.items())[:8]}
+            if isinstance(raw_refusing, dict)
+            else {}
+        )
+        support_us = num("support_offset_us")
         reachable = target.answer is not None and target.error is None
         view = ReplicaTime(
             target=target.index,
@@ -244,8 +258,12 @@ class TimeView:
             version=text("version"),
             ready=flag("ready"),
             runaway=flag("runaway"),
+            refusing=refusing,
             in_sync=flag("in_sync"),
             offset_s=offset,
+            support_offset_s=None if support_us is None else round(support_us / 1e6, 6),
+            fresh_readings=count("fresh_readings"),
+            needed_readings=count("needed_readings"),
             max_skew_s=num("max_skew_s"),
             last_tick_ok=flag("last_tick_ok"),
             last_ok_tick_age_s=num("last_ok_tick_age_s"),
@@ -274,11 +292,23 @@ def _problems(view: ReplicaTime, tick_s: float | None) -> list[str]:
         if view.replica is None:
             return problems
         # The rest is from its last answer, still worth showing.
-    if view.runaway:
-        problems.append("runaway clock: its readings are not published")
+    if "clock" in view.refusing:
+        problems.append(f"refuses its clock: {view.refusing['clock']}; /now answers 503")
+    elif view.runaway:  # an older timesvc without the reasons
+        problems.append("runaway clock: not published")
+    if "replicas" in view.refusing:
+        problems.append(f"refuses its clock: {view.refusing['replicas']} (check TIMESVC_REPLICAS)")
+    for kind, reason in view.refusing.items():
+        if kind not in ("clock", "replicas"):
+            problems.append(f"refuses its clock ({kind}): {reason}")
     if view.in_sync is False:
-        problems.append("not in sync with GlobalTime: /now answers 503")
-    if view.ready is False and not view.runaway:
+        seen = (
+            f" ({view.fresh_readings} of {view.needed_readings} fresh clock readings seen)"
+            if view.fresh_readings is not None and view.needed_readings is not None
+            else ""
+        )
+        problems.append(f"global time not current here{seen}: /now answers 503")
+    if view.ready is False and not view.runaway and not view.refusing and view.in_sync is not False:
         problems.append("not ready")
     if view.offset_s is not None and view.max_skew_s is not None and abs(view.offset_s) > view.max_skew_s:
         problems.append(f"clock {view.offset_s:+.3f} s from GlobalTime, beyond max_skew {view.max_skew_s:g} s")

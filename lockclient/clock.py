@@ -35,14 +35,16 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import httpx
 
-from lockclient.errors import ChronolockError, ConfigurationError, StoreError, TimeServiceUnavailable
-from lockclient.globaltime import GlobalTimeUpdater
+from lockclient.errors import ChronolockError, ClockError, ConfigurationError, StoreError, TimeServiceUnavailable
+from lockclient.globaltime import RATE_BOUND, GlobalTimeUpdater
+from lockclient.lockid import TICKET_DIGITS
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CellStore
@@ -86,9 +88,12 @@ class _Floor:
             return self._value
 
 
-DRIFT = 1e-4
-"""Assumed worst rate difference between this machine's monotonic clock and global time's
-advance (100 ppm: far beyond what NTP-disciplined or even free-running quartz shows)."""
+DRIFT = 3 * RATE_BOUND
+"""Assumed worst rate difference between this machine's monotonic clock and global time's advance
+(1,500 ppm). Global time follows correct clocks (rate error ≤ ρ = :data:`RATE_BOUND`), rises at most
+ρ faster than a replica's monotonic clock, and without a majority advances by a carry slowed by ρ
+on a monotonic clock that may itself be ρ slow; this clock's own monotonic clock may be ρ off the
+other way: 3ρ in all."""
 
 
 TIGHT_US = 20_000
@@ -245,8 +250,12 @@ class TicketClock(GlobalClock, Protocol):
 
 def take_ticket_time(clock: GlobalClock) -> int:
     """The global time for a new lock ticket: the upper end of ``clock``'s interval when it
-    has one (then :func:`settle_ticket_time` must run before the ticket's order is relied on)."""
-    return clock.ticket_us() if isinstance(clock, TicketClock) else clock.now_us()
+    has one (then :func:`settle_ticket_time` must run before the ticket's order is relied on).
+    A time no ticket can carry (20 digits of µs) is the clock's fault: a ClockError, not a crash."""
+    value = clock.ticket_us() if isinstance(clock, TicketClock) else clock.now_us()
+    if not 0 <= value < 10**TICKET_DIGITS:
+        raise ClockError(f"global time {value} µs is out of range: the clock source is wrong")
+    return value
 
 
 def settle_ticket_time(clock: GlobalClock, value_us: int) -> float:
@@ -267,7 +276,7 @@ def parse_timesvc_urls(urls: str | Sequence[str]) -> list[str]:
 
 def _parse_now(response: httpx.Response, url: str) -> int:
     if response.status_code != 200:
-        # Say why (e.g. "not in sync with global time yet"), not only the status line.
+        # Say why (e.g. "cannot vouch that global time is current"), not only the status line.
         try:
             detail = str(response.json().get("detail", ""))
         except (ValueError, AttributeError):
@@ -284,21 +293,83 @@ def _parse_now(response: httpx.Response, url: str) -> int:
     return value
 
 
-class _Replicas:
-    """What both timesvc clocks share: the URL list, which replica answered last, the floor,
-    and the fail-over order and errors."""
+PLAUSIBILITY_MARGIN_S = 1.0
+"""Beyond ``max_skew``, how far an answer may be from what this client already knows of global time
+before it needs a second replica's word (seconds)."""
 
-    def __init__(self, urls: str | Sequence[str], timeout: float) -> None:
+
+class _Answer(NamedTuple):
+    value: int
+    sent_ns: int
+    arrived_ns: int
+
+
+class _Replicas:
+    """What both timesvc clocks share: the URL list, which replica answered last, the floor, the
+    fail-over order and errors, and the judgement of answers.
+
+    **Implausible answers** (issue 22, finding 4: one replica answering ``now_us`` ≥ 10^20 lifted a
+    client's floor for good, and every later ticket of that process failed). An answer is accepted
+    when it lies within ``max_skew`` + :data:`PLAUSIBILITY_MARGIN_S` of the interval this client
+    already knows global time to be in — the last accepted answer, extrapolated at real rate ±
+    :data:`DRIFT` to when this one was produced — or when another replica's answer agrees with it
+    that closely (the first answer of a client, and the rare legitimate jump of global time: after
+    an outage left it behind). Otherwise it is rejected (logged, counted in :attr:`rejected`) and
+    the next replica is asked; it never reaches the floor. A client configured with a single URL
+    accepts its first answer unchecked: there is nobody to compare it with."""
+
+    def __init__(
+        self, urls: str | Sequence[str], timeout: float, max_skew: float, monotonic_ns: Callable[[], int]
+    ) -> None:
         if timeout <= 0:
             raise ConfigurationError(f"timeout must be positive, got {timeout}")
+        if not max_skew > 0:
+            raise ConfigurationError(f"max_skew must be positive, got {max_skew}")
         self.urls = parse_timesvc_urls(urls)
         self.preferred = 0
         self.floor = _Floor()
+        self.monotonic_ns = monotonic_ns
+        self._tolerance_us = int((max_skew + PLAUSIBILITY_MARGIN_S) * 1_000_000)
+        self._lock = threading.Lock()
+        self._reference: _Answer | None = None
+        self.rejected = 0
+        """Answers rejected as implausible since this clock was made."""
 
     def order(self) -> list[tuple[int, str]]:
         """The replica that answered last first, then the others in turn."""
         n = len(self.urls)
         return [((self.preferred + i) % n, self.urls[(self.preferred + i) % n]) for i in range(n)]
+
+    def _agree(self, a: _Answer, b: _Answer) -> bool:
+        """Whether two answers can both be global time, within the tolerance: b, extrapolated back
+        or forward to a's round trip at real rate (± DRIFT), falls within a's value ± tolerance."""
+        early, late = b.sent_ns - a.arrived_ns, b.arrived_ns - a.sent_ns
+        lower = a.value + int(early * (1 - DRIFT if early >= 0 else 1 + DRIFT)) // 1000
+        upper = a.value + int(late * (1 + DRIFT if late >= 0 else 1 - DRIFT)) // 1000
+        return lower - self._tolerance_us <= b.value <= upper + self._tolerance_us
+
+    def judge(self, url: str, answer: _Answer, others: list[_Answer]) -> bool:
+        """Accept ``answer`` (it becomes the reference) or reject it (counted, logged): plausible
+        against the reference, or agreeing with another replica's answer in ``others``."""
+        with self._lock:
+            reference = self._reference
+            accepted = (
+                (reference is not None and self._agree(reference, answer))
+                or any(self._agree(other, answer) for other in others)
+                or (reference is None and len(self.urls) == 1)
+            )
+            if accepted:
+                self._reference = answer
+                return True
+            self.rejected += 1
+        log.warning(
+            "timesvc_answer_rejected",
+            url=url,
+            now_us=answer.value,
+            reference_us=None if reference is None else reference.value,
+            detail="implausible: far from what this client knows of global time, and no other replica agrees",
+        )
+        return False
 
     def answered(self, index: int, value: int, errors: list[str]) -> int:
         if index != self.preferred:
@@ -308,7 +379,7 @@ class _Replicas:
 
     @staticmethod
     def failed(errors: list[str]) -> TimeServiceUnavailable:
-        return TimeServiceUnavailable("no timesvc replica answered: " + "; ".join(errors))
+        return TimeServiceUnavailable("no timesvc replica answered plausibly: " + "; ".join(errors))
 
 
 _FAILOVER_ERRORS = (httpx.HTTPError, TimeServiceUnavailable)
@@ -332,25 +403,39 @@ class TimeServiceClock:
         transport: httpx.BaseTransport | None = None,
         max_age: float = 1.0,
         refresh_after: float = 0.2,
+        max_skew: float = 1.0,
         runtime: Runtime = THREADS,
+        monotonic_ns: Callable[[], int] | None = None,
     ):
-        self._replicas = _Replicas(urls, timeout)
+        self._replicas = _Replicas(urls, timeout, max_skew, monotonic_ns or runtime.monotonic_ns)
         self.urls = self._replicas.urls
         self._client = httpx.Client(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
-        self._extrapolator = Extrapolator(self.fetch_us, max_age=max_age, refresh_after=refresh_after, runtime=runtime)
+        self._extrapolator = Extrapolator(
+            self.fetch_us, max_age=max_age, refresh_after=refresh_after, runtime=runtime, monotonic_ns=monotonic_ns
+        )
         self._ticket_floor = _Floor()
 
     def fetch_us(self) -> int:
-        """One ``GET /now`` (with fail-over), no extrapolation."""
+        """One ``GET /now`` (with fail-over, and a second replica's word when the answer is
+        implausible: see :class:`_Replicas`), no extrapolation."""
+        replicas = self._replicas
         errors: list[str] = []
-        for index, url in self._replicas.order():
+        others: list[_Answer] = []
+        # A single URL may be a load-balanced Service: ask it again to compare.
+        attempts = replicas.order() if len(replicas.urls) > 1 else replicas.order() * 3
+        for index, url in attempts:
+            sent = replicas.monotonic_ns()
             try:
                 value = _parse_now(self._client.get(f"{url}/now"), url)
             except _FAILOVER_ERRORS as exc:
                 errors.append(f"{url}: {exc or type(exc).__name__}")
                 continue
-            return self._replicas.answered(index, value, errors)
-        raise self._replicas.failed(errors)
+            answer = _Answer(value, sent, replicas.monotonic_ns())
+            if replicas.judge(url, answer, others):
+                return replicas.answered(index, value, errors)
+            others.append(answer)
+            errors.append(f"{url}: implausible now_us {value}")
+        raise replicas.failed(errors)
 
     def now_us(self) -> int:
         return self._replicas.floor.apply(self._extrapolator.now_us())
@@ -366,6 +451,11 @@ class TimeServiceClock:
         """How many times timesvc was asked."""
         return self._extrapolator.fetches
 
+    @property
+    def rejected(self) -> int:
+        """How many answers were rejected as implausible."""
+        return self._replicas.rejected
+
     def close(self) -> None:
         self._client.close()
 
@@ -374,22 +464,41 @@ class AsyncTimeServiceClock:
     """The asyncio twin of :class:`TimeServiceClock` (``await clock.anow_us()``)."""
 
     def __init__(
-        self, urls: str | Sequence[str], *, timeout: float = 2.0, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        urls: str | Sequence[str],
+        *,
+        timeout: float = 2.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_skew: float = 1.0,
+        monotonic_ns: Callable[[], int] = time.monotonic_ns,
     ):
-        self._replicas = _Replicas(urls, timeout)
+        self._replicas = _Replicas(urls, timeout, max_skew, monotonic_ns)
         self.urls = self._replicas.urls
         self._client = httpx.AsyncClient(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
 
     async def anow_us(self) -> int:
+        replicas = self._replicas
         errors: list[str] = []
-        for index, url in self._replicas.order():
+        others: list[_Answer] = []
+        attempts = replicas.order() if len(replicas.urls) > 1 else replicas.order() * 3
+        for index, url in attempts:
+            sent = replicas.monotonic_ns()
             try:
                 value = _parse_now(await self._client.get(f"{url}/now"), url)
             except _FAILOVER_ERRORS as exc:
                 errors.append(f"{url}: {exc or type(exc).__name__}")
                 continue
-            return self._replicas.answered(index, value, errors)
-        raise self._replicas.failed(errors)
+            answer = _Answer(value, sent, replicas.monotonic_ns())
+            if replicas.judge(url, answer, others):
+                return replicas.answered(index, value, errors)
+            others.append(answer)
+            errors.append(f"{url}: implausible now_us {value}")
+        raise replicas.failed(errors)
+
+    @property
+    def rejected(self) -> int:
+        """How many answers were rejected as implausible."""
+        return self._replicas.rejected
 
     async def aclose(self) -> None:
         await self._client.aclose()

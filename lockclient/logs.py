@@ -39,7 +39,7 @@ def redact_event(logger: Any, method: str, event_dict: MutableMapping[str, Any])
 
 
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
-    """Route structlog and the standard library's loggers (uvicorn, apscheduler, the driver)
+    """Route structlog and the standard library's loggers (uvicorn, the driver)
     through one renderer on stderr: JSON objects (``fmt="json"``) or a console format."""
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
@@ -78,7 +78,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("uvicorn.access", "apscheduler.executors.default", "apscheduler.scheduler"):
+    for noisy in ("uvicorn.access",):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 
 

@@ -68,7 +68,7 @@ def _restore_23_2() -> None:
             return Found.READ_END
         return Found.LOST
 
-    lease.judge_answer = old_judge_answer  # type: ignore[assignment]
+    lease.judge_answer = old_judge_answer  # type: ignore[attr-defined]
 
 
 def _restore_23_3() -> None:

@@ -93,12 +93,14 @@ class Nemesis:
             elif family == "paxos":
                 events.append(FaultEvent(t, "paxos", "*", rng.uniform(0.5, 10.0)))
             elif family == "clock":
-                if c.timesvc and rng.random() < 0.7 and t >= clock_busy_until:
+                # A timesvc replica's clock only while the others' are correct: the promise holds
+                # while a majority of the configured replicas' clocks are correct (one of three).
+                if c.timesvc >= 3 and rng.random() < 0.7 and t >= clock_busy_until:
                     target = f"ts{rng.randrange(c.timesvc)}"
                     duration = rng.uniform(2.0, 30.0)
                     clock_busy_until = t + duration + 1.0
                 else:
-                    target = rng.choice([r for r in roles if not r.startswith("ts")] or roles)
+                    target = rng.choice([r for r in roles if not r.startswith("ts")])
                     duration = rng.uniform(2.0, 30.0)
                     if target.startswith("ts"):
                         if t < clock_busy_until:
@@ -114,8 +116,10 @@ class Nemesis:
                 if kind == "misconfigured" and not target.startswith("ts"):
                     params = {"kind": "step", "delta": 600.0}
                 events.append(FaultEvent(t, "clock", target, duration, params))
-            elif family == "lie" and c.timesvc:
-                events.append(FaultEvent(t, "lie", f"ts{rng.randrange(c.timesvc)}", rng.uniform(0.5, 10.0)))
+            elif family == "lie" and c.timesvc >= 3 and t >= clock_busy_until:
+                duration = rng.uniform(0.5, 10.0)
+                clock_busy_until = t + duration + 1.0
+                events.append(FaultEvent(t, "lie", f"ts{rng.randrange(c.timesvc)}", duration))
             t += rng.expovariate(c.fault_rate)
         return events
 

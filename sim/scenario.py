@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -25,10 +25,11 @@ from leasewatch.watcher import Revocation, Watcher
 from lockclient.clock import TimeServiceClock
 from lockclient.errors import ChronolockError, LockCancelled, LockTimeout
 from lockclient.fencing import FencedResource, StaleFencingToken
-from lockclient.globaltime import GlobalTimeNotEstablished, GlobalTimeUpdater
+from lockclient.globaltime import GlobalTimeNotEstablished, GlobalTimeUpdater, check_answerable
 from lockclient.lease import HolderRecord, parse_fence
 from lockclient.locker import RemoteLock, RemoteLocker
 from lockclient.runtime import Event
+from lockclient.schedule import PeriodicSchedule
 from sim.history import History
 from sim.runtime import SimRuntime
 from sim.store import Network, SimCells, SimStoreClient
@@ -221,22 +222,49 @@ class TimesvcReplica:
             monotonic_ns=rt.monotonic_ns,
             runtime=rt,
         )
-        self.process.spawn(self._ticks, "tick")
+        schedule = PeriodicSchedule()
+        schedule.add("tick", c.tick, first_at=schedule_clock(rt)())
+        self.process.spawn(partial(run_schedule, self.process, schedule, {"tick": self._tick}), "schedule")
 
-    def _ticks(self) -> None:
-        rt = self.process.runtime
-        tick = self.sim.config.tick
-        while True:
-            with suppress(ChronolockError):
-                self.updater.update(report_clock=True)
-            rt.sleep(tick)
+    def _tick(self) -> None:
+        self.updater.update(report_clock=True)
 
     def now(self) -> int:
-        """``GET /now``: raises GlobalTimeNotEstablished (503) while not current."""
+        """``GET /now`` (timesvc.app.TimeService.now): 503 while the replica cannot vouch for it."""
         result = self.updater.update()
-        if not result.current:
-            raise GlobalTimeNotEstablished("not in sync with global time yet")
+        check_answerable(result, self.name)
         return result.now_us
+
+
+def schedule_clock(runtime: SimRuntime) -> Callable[[], float]:
+    """The clock the services' periodic jobs are planned by: the monotonic clock
+    (lockclient.schedule runs on the event loop's ``loop.time()``). Until issue 22 they were
+    APScheduler 3 jobs planned by ``datetime.now()`` — the wall clock (sim/findings.py puts that back)."""
+    return runtime.monotonic
+
+
+def run_schedule(process: Process, schedule: PeriodicSchedule, jobs: dict[str, Callable[[], None]]) -> None:
+    """:func:`lockclient.schedule.run_schedule` for a simulated process: the same PeriodicSchedule,
+    each due job a task of its own, sleeping until the next is due — on :func:`schedule_clock`."""
+    rt = process.runtime
+    clock = schedule_clock(rt)
+    changed = rt.event()
+
+    def run(name: str) -> None:
+        try:
+            jobs[name]()
+        except ChronolockError:
+            pass  # logged by the service; the job keeps its schedule
+        finally:
+            schedule.done(name, clock())
+            changed.set()
+
+    while True:
+        changed.clear()
+        for name in schedule.due(clock()):
+            process.spawn(partial(run, name), name)
+        next_at = schedule.next_at()
+        changed.wait(None if next_at is None else max(0.0, next_at - clock()))
 
 
 class SimTimesvcTransport(httpx.BaseTransport):
@@ -333,21 +361,19 @@ class LeasewatchReplica:
             runtime=rt,
         )
         self.status: PartitionStatus | None = None
-        self.process.spawn(self._scan_loop, "scan")
-        self.process.spawn(self._refresh_loop, "refresh")
-        self.process.spawn(self._due_loop, "due")
+        # leasewatch.app's jobs that the locks depend on, on their periods (the page's trends, the
+        # store's garbage collection and the timesvc poll are not simulated).
+        schedule = PeriodicSchedule()
+        now = schedule_clock(rt)()
+        schedule.add("scan", c.scan_interval, first_at=now)
+        schedule.add("refresh", min(c.scan_interval, c.partition_lease / 6), first_at=now)
+        schedule.add("due", DUE_CHECK_S, first_at=now)
+        jobs = {"scan": self._scan, "refresh": self._refresh, "due": self._due}
+        self.process.spawn(partial(run_schedule, self.process, schedule, jobs), "schedule")
 
     def _revoked(self, event: Revocation) -> None:
         self.sim.stats.revocations += 1
         self.sim.record("revoked", by=self.name, lock=event.lock_id, owner=event.owner, holder=int(event.holder))
-
-    def _every(self, period: float, job: Callable[[], None]) -> None:
-        rt = self.process.runtime
-        while True:
-            started = rt.monotonic()
-            with suppress(ChronolockError):
-                job()
-            rt.sleep(max(0.0, period - (rt.monotonic() - started)))
 
     def _refresh(self) -> None:
         self.status = self.partitions.refresh()
@@ -362,16 +388,6 @@ class LeasewatchReplica:
         due = self.watcher.next_due()
         if due is not None and due <= self.process.runtime.monotonic():
             self.watcher.check_due()
-
-    def _scan_loop(self) -> None:
-        self._every(self.sim.config.scan_interval, self._scan)
-
-    def _refresh_loop(self) -> None:
-        c = self.sim.config
-        self._every(min(c.scan_interval, c.partition_lease / 6), self._refresh)
-
-    def _due_loop(self) -> None:
-        self._every(DUE_CHECK_S, self._due)
 
 
 # -- lock clients ------------------------------------------------------------------------------------

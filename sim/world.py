@@ -187,10 +187,18 @@ class Process:
         return self.world.now
 
     def real_delay_ns(self, seconds: float) -> int:
-        """Real nanoseconds until this process's monotonic clock has advanced ``seconds``."""
+        """Real nanoseconds until this process's monotonic clock has advanced ``seconds`` — at
+        least one nanosecond of its own, however small ``seconds`` (a wait of a fraction of a
+        nanosecond on a slow clock must not come back to a clock that has not moved: the keeper's
+        dispatcher waited like that forever)."""
         if seconds <= 0:
             return 0
-        return math.ceil(seconds * NS / (1.0 + self.mono_rate))
+        rate = 1.0 + self.mono_rate
+        target = self.monotonic_ns() + max(1, math.ceil(seconds * NS))
+        when = self._started + math.ceil((target - self._mono_base) / rate)
+        while self._mono_base + int((when - self._started) * rate) < target:
+            when += 1
+        return max(1, when - self.world.now)
 
     def real_at_monotonic(self, mono_seconds: float) -> int:
         """The virtual (real) time at which this process's monotonic clock reads ``mono_seconds``."""

@@ -1,7 +1,8 @@
 """The timesvc HTTP service: ``create_app(settings)`` builds a FastAPI app.
 
-The lifespan opens the store and starts an APScheduler job that runs
-TryUpdateGlobalTime every ``tick``; ``GET /now`` runs it on demand too, with
+The lifespan opens the store and starts the periodic tick that runs TryUpdateGlobalTime every
+``tick`` (:mod:`lockclient.schedule`, on the event loop's monotonic clock, so a wall-clock step
+of the host does not stop it); ``GET /now`` runs it on demand too, with
 concurrent requests coalesced (:mod:`timesvc.coalesce`). Both go through the
 same coalescer, so a tick and a burst of requests never cost more than one
 store round trip at a time, and trips are rate-limited to one per
@@ -19,13 +20,12 @@ import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Annotated
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -33,13 +33,14 @@ from pydantic import BaseModel, Field
 
 from lockclient.errors import ChronolockError, StoreAccessDenied, StoreError
 from lockclient.globaltime import (
-    GlobalTimeNotCurrent,
     GlobalTimeNotEstablished,
     GlobalTimeUpdater,
     UpdateResult,
+    check_answerable,
     wall_clock_us,
 )
 from lockclient.logs import get_logger
+from lockclient.schedule import PeriodicSchedule, run_schedule
 from lockclient.store import CellStore
 from lockclient.store.opener import StoreOpener, public_error
 from lockclient.store.url import parse_store_url
@@ -51,6 +52,8 @@ __all__ = ["NowResponse", "TimeService", "create_app"]
 
 log = get_logger("timesvc")
 
+REFUSAL_KINDS = ("clock", "replicas")
+
 
 class NowResponse(BaseModel):
     now_us: int = Field(description="global time, µs since the epoch; never smaller than any value handed out before")
@@ -59,7 +62,12 @@ class NowResponse(BaseModel):
 
 class ReadyResponse(BaseModel):
     ready: bool
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list, description="why it is not ready (empty when ready)")
+    refusing: list[str] = Field(
+        default_factory=list,
+        description="why this replica publishes only the carry and never its clock (a clock refused makes it "
+        "not ready; a replica count contradicted by a peer does not, so rolling updates proceed)",
+    )
 
 
 class StatusResponse(BaseModel):
@@ -67,11 +75,24 @@ class StatusResponse(BaseModel):
     version: str = Field(description="chronolock version of this replica")
     store: str = Field(description="kind of store (sqlite, or the Cassandra keyspace); never hosts or paths")
     ready: bool
-    runaway: bool = Field(description="the local wall clock is ahead of global time by more than max_skew")
-    in_sync: bool = Field(
-        description="this replica has agreed with global time at least once since it started; until then "
-        "/now answers 503 (global time may be stale, or this clock runs ahead)"
+    runaway: bool = Field(
+        description="the local wall clock is refused: more than max_skew from the support of a majority of "
+        "fresh clock readings (it publishes only the carry)"
     )
+    refusing: dict[str, str] = Field(
+        description="why this replica publishes only the carry, by kind: clock (its clock disagrees with the "
+        "majority) or replicas (a peer is configured for more replicas than TIMESVC_REPLICAS)"
+    )
+    in_sync: bool = Field(
+        description="global time is current for this replica: at its last run with a majority of fresh clock "
+        "readings it was within max_skew of their support; until then /now answers 503"
+    )
+    support_offset_us: int | None = Field(
+        description="local wall clock minus the support of a majority of fresh clock readings at the last run "
+        "(None: fewer fresh readings than a majority)"
+    )
+    fresh_readings: int = Field(description="fresh clock readings seen at the last run, this replica's included")
+    needed_readings: int = Field(description="fresh readings a support needs: a majority of max(replicas, fresh)")
     local_offset_us: int | None = Field(description="local wall clock minus global time at the last tick")
     global_us: int | None = Field(description="global time at the last successful tick")
     last_publisher: str = Field(description="replica that last wrote GlobalTime, as last seen")
@@ -84,10 +105,10 @@ class StatusResponse(BaseModel):
     last_error: str | None
     ticks: int
     failed_ticks: int
-    rejected_ticks: int = Field(description="ticks whose local clock was rejected as runaway")
+    rejected_ticks: int = Field(description="ticks whose local clock was refused")
     replicas: int = Field(description="configured replica count (TIMESVC_REPLICAS)")
     peer_offsets_us: dict[str, int] = Field(
-        description="each running peer's published clock minus ours, when ours was last checked against them"
+        description="each running peer's clock (its reading, extrapolated conservatively) minus ours, at the last run"
     )
     store_round_trips: int
     now_requests: int = Field(description="GET /now answers since start (a rate is the difference of two readings)")
@@ -115,15 +136,32 @@ class Metrics:
             "timesvc_store_round_trips", "TryUpdateGlobalTime runs against the store", registry=r
         )
         self.ticks = Counter("timesvc_ticks", "scheduled ticks by outcome", ["outcome"], registry=r)
-        self.rejected_ticks = Counter("timesvc_rejected_ticks", "ticks whose local clock was runaway", registry=r)
+        self.rejected_ticks = Counter("timesvc_rejected_ticks", "ticks whose local clock was refused", registry=r)
         self.clock_offset = Gauge("timesvc_clock_offset_seconds", "local wall clock minus global time", registry=r)
-        self.runaway = Gauge("timesvc_runaway", "1 when the local clock is rejected as runaway", registry=r)
+        self.support_offset = Gauge(
+            "timesvc_support_offset_seconds",
+            "local wall clock minus the support of a majority of fresh clock readings",
+            registry=r,
+        )
+        self.runaway = Gauge("timesvc_runaway", "1 when the local clock is refused (reason clock)", registry=r)
+        self.refusing = Gauge(
+            "timesvc_refusing",
+            "1 when this replica publishes only the carry, never its clock, by reason (clock, replicas)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REFUSAL_KINDS:
+            self.refusing.labels(reason).set(0)
+        self.replicas_seen = Gauge(
+            "timesvc_replicas_seen", "fresh clock readings at the last run, this replica's included", registry=r
+        )
         self.global_time = Gauge("timesvc_global_time_seconds", "global time at the last update", registry=r)
         self.ready = Gauge("timesvc_ready", "1 when /readyz answers 200", registry=r)
         self.build = build_info(r, "timesvc")
         # Settings as gauges, so alert rules compare with the configured values, not copies.
         self.max_skew = Gauge("timesvc_max_skew_seconds", "TIMESVC_MAX_SKEW: runaway threshold", registry=r)
         self.tick = Gauge("timesvc_tick_seconds", "TIMESVC_TICK: seconds between ticks", registry=r)
+        self.replicas = Gauge("timesvc_replicas", "TIMESVC_REPLICAS: configured replica count", registry=r)
 
 
 @dataclass
@@ -153,6 +191,7 @@ class TimeService:
         self.metrics = Metrics()
         self.metrics.max_skew.set(settings.max_skew)
         self.metrics.tick.set(settings.tick)
+        self.metrics.replicas.set(settings.replicas)
         self._store = store
         self._owns_store = store is None
         self._opener = StoreOpener(settings.open_store)
@@ -210,23 +249,28 @@ class TimeService:
         self.metrics.clock_offset.set(offset / 1e6)
         self.metrics.global_time.set(result.now_us / 1e6)
         self.metrics.runaway.set(1 if result.runaway else 0)
+        for reason in REFUSAL_KINDS:
+            self.metrics.refusing.labels(reason).set(1 if reason in result.refusing else 0)
+        self.metrics.replicas_seen.set(result.fresh)
+        if result.support_us is not None:
+            self.metrics.support_offset.set((result.local_us - result.support_us) / 1e6)
 
     async def now(self) -> UpdateResult:
         """A global time >= every value any replica handed out before this call.
 
-        Raises :class:`GlobalTimeNotCurrent` while this replica has never been in sync with
-        global time (it started while the value was stale, or its clock runs ahead): clients
-        then use another replica, or retry, instead of taking tickets that may lag real time
-        by as long as the store or the other replicas were out (tests/faults finding 2)."""
+        Raises :class:`GlobalTimeNotCurrent` while global time is not current for this replica
+        (:attr:`UpdateResult.current`: it has not seen a majority of fresh clock readings confirm it,
+        and its own clock disagrees with it): clients then use another replica, or retry, instead of
+        taking tickets that may lag real time by as long as the store or the other replicas were
+        out (tests/faults finding 2).
+
+        Raises it too while this replica refuses its own clock: it could only hand out the stored
+        value and its carry (never its clock), which advance in steps of the other replicas'
+        writes — clients extrapolate between answers at real rate, so they are better served by a
+        replica that follows a clock. (A replica refusing only because a peer is configured for
+        more replicas still answers: that is a rolling update's transient as often as a mistake.)"""
         result = await self.coalescer()
-        if not result.current:
-            majority = self.settings.replicas // 2 + 1
-            raise GlobalTimeNotCurrent(
-                f"replica {self.settings.replica_id} is not in sync with global time yet: its clock is "
-                f"{(result.local_us - result.now_us) / 1e6:.3f}s ahead of the stored value and "
-                f"{result.agreeing} of the {majority} replicas needed agree with it — global time is stale "
-                "(its publishers were down or could not write) or this clock runs ahead"
-            )
+        check_answerable(result, self.settings.replica_id)
         return result
 
     async def tick(self) -> None:
@@ -264,12 +308,24 @@ class TimeService:
             reasons.append(public_error(state.error) if state.error is not None else "store failed")
         elif state.ok_monotonic is not None and time.monotonic() - state.ok_monotonic > 3 * self.settings.tick + 5:
             reasons.append("no successful tick recently")
-        # The runaway verdict is only meaningful while ticks succeed: a replica that cannot
+        # The clock verdicts are only meaningful while ticks succeed: a replica that cannot
         # write sees global time stand still and its own clock "ahead" of it (a full disk was
         # reported as "local clock runaway" too). Then the store is the reason, not the clock.
-        if state.ok and self._updater is not None and self._updater.runaway:
-            reasons.append(f"local clock runaway: more than {self.settings.max_skew}s ahead of observed global time")
+        last = state.last
+        if state.ok and last is not None:
+            if "clock" in last.refusing:
+                reasons.append(f"local clock refused: {last.refusing['clock']}")
+            if not last.current:
+                reasons.append(
+                    "global time not current: no majority of fresh clock readings confirms it "
+                    f"({last.fresh} of {last.needed} seen) and this clock disagrees with it"
+                )
         return (not reasons, reasons)
+
+    def refusals(self) -> list[str]:
+        """Why this replica publishes only the carry (empty: it publishes its clock when supported)."""
+        last = self._state.last
+        return [] if last is None or not self._state.ok else [f"{k}: {v}" for k, v in sorted(last.refusing.items())]
 
     def status(self) -> StatusResponse:
         state = self._state
@@ -281,7 +337,11 @@ class TimeService:
             store=self._store_kind,
             ready=ready,
             runaway=bool(last and last.runaway),
+            refusing=dict(last.refusing) if last is not None else {},
             in_sync=bool(last and last.current),
+            support_offset_us=None if last is None or last.support_us is None else last.local_us - last.support_us,
+            fresh_readings=last.fresh if last is not None else 0,
+            needed_readings=last.needed if last is not None else self.settings.replicas // 2 + 1,
             local_offset_us=None if last is None else last.local_us - last.now_us,
             global_us=None if last is None else last.now_us,
             last_publisher=self._updater.last_publisher if self._updater else "",
@@ -328,22 +388,16 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service = TimeService(settings, store=store, wall_us=wall_us, monotonic_ns=monotonic_ns)
         app.state.service = service
-        scheduler = AsyncIOScheduler()
-        scheduler.add_job(
-            service.tick,
-            "interval",
-            seconds=settings.tick,
-            id="try_update_global_time",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=datetime.now(UTC),
-        )
-        scheduler.start()
+        schedule = PeriodicSchedule()
+        schedule.add("tick", settings.tick, first_at=asyncio.get_running_loop().time())
+        ticker = asyncio.create_task(run_schedule(schedule, {"tick": service.tick}, name="timesvc"))
         log.info("timesvc_started", replica=settings.replica_id, tick_s=settings.tick, max_skew_s=settings.max_skew)
         try:
             yield
         finally:
-            scheduler.shutdown(wait=False)
+            ticker.cancel()
+            with suppress(asyncio.CancelledError):
+                await ticker
             await asyncio.to_thread(service.close)
             log.info("timesvc_stopped", replica=settings.replica_id)
 
@@ -409,11 +463,11 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", response_model=ReadyResponse, summary="Store reachable and clock not runaway")
+    @app.get("/readyz", response_model=ReadyResponse, summary="Store reachable, clock not refused, global time current")
     async def readyz(service: ServiceDep, response: Response) -> ReadyResponse:
         ready, reasons = service.readiness()
         response.status_code = 200 if ready else 503
-        return ReadyResponse(ready=ready, reasons=reasons)
+        return ReadyResponse(ready=ready, reasons=reasons, refusing=service.refusals())
 
     @app.get(
         "/status",

@@ -29,14 +29,15 @@ class TimesvcSettings(StoreSettings, LoggingSettings, HttpServerSettings):
         default=1.0,
         gt=0,
         le=3600,
-        description="s the local clock may run ahead of observed global time before it is runaway",
+        description="s: global time is never more than this ahead of real time while a majority of the "
+        "replicas' clocks are within half of it; a clock further than this from the majority's is refused",
     )
     replicas: int = Field(
         default=3,
         ge=1,
         le=99,
-        description="how many timesvc replicas run: a clock ahead of global time is adopted only "
-        "when a majority of them agree with it",
+        description="how many timesvc replicas run (the same on every replica): a clock is published only "
+        "within what a majority of fresh clock readings supports",
     )
     replica_id: str = Field(
         default_factory=default_replica_id,

@@ -624,24 +624,10 @@ class NowStats:
     max_outside_s: float = 0.0
     """The largest distance of a value from its read's window [invoke, complete] in real time: what
     is certainly offset, whatever the latency (0 when every value fell inside its window)."""
-    tickets_after_step: int = 0
-    """Ticket-order deviations excused because global time stepped meanwhile (README, "Order")."""
     tickets_within_disagreement: int = 0
     """Ticket-order deviations within one /now round trip (timesvc replicas' disagreement)."""
     max_ticket_deviation_s: float = 0.0
-    """The largest of either kind."""
-
-
-TICKET_STEP_GRACE_S = 2.0
-"""How long after a timesvc clock fault tickets may still come from answers taken before global time
-stepped (a client refreshes its answers after 0.2 s and drops them after ``max_age``, 1 s)."""
-
-
-def global_time_steps(h: History) -> list[tuple[int, int]]:
-    """Windows in which global time may step ahead of its real-rate course: a timesvc replica's clock
-    jumping ahead (up to ``max_skew``) or running fast, plus :data:`TICKET_STEP_GRACE_S`."""
-    grace = int(TICKET_STEP_GRACE_S * NS)
-    return [(f.start, f.end + grace) for f in h.faults if f.kind == "clock" and f.target.startswith("timesvc:")]
+    """The largest of them."""
 
 
 def now_reads(h: History, *, tickets: bool = True) -> tuple[list[Read], list[Event]]:
@@ -669,9 +655,11 @@ def now_reads(h: History, *, tickets: bool = True) -> tuple[list[Read], list[Eve
 def check_now(
     h: History, *, max_skew: float, wall_minus_mono_ns: int, tickets: bool = True
 ) -> tuple[list[Violation], NowStats]:
-    """``/now`` reads must be linearizable among themselves, strictly. Tickets (README, "Order") are
-    linearizable with them too, with two documented exceptions, each counted in the stats: for
-    :data:`TICKET_STEP_GRACE_S` after global time stepped (:func:`global_time_steps`), and by up to the
+    """``/now`` reads must be linearizable among themselves, strictly, and every value within
+    ``max_skew`` of real time at some moment of its read's window — always: no fault of one timesvc
+    clock excuses a value (issue 22; the checker used to excuse ticket deviations while a timesvc
+    clock ran fast or had jumped, which hid global time being dragged). Tickets (README, "Order") are
+    linearizable with the reads too, with one documented exception, counted in the stats: by up to the
     timesvc replicas' disagreement — bounded here by the slowest ``/now`` round trip of the readers
     within a second of the ticket's acquisition."""
     out: list[Violation] = []
@@ -683,12 +671,8 @@ def check_now(
     ordered = [replace(r, completed_ns=INFINITE_NS) if r.replica in unsettled else r for r in reads]
     plain = sorted((r for r in reads if not r.replica.startswith("ticket of ")), key=lambda r: r.completed_ns)
     plain_done = [r.completed_ns for r in plain]
-    steps = global_time_steps(h)
-    after_step = within = 0
+    within = 0
     deviation = 0.0
-
-    def in_step(r: Read) -> bool:
-        return any(r.invoked_ns <= end and r.completed_ns >= start for start, end in steps)
 
     def round_trip_near(r: Read) -> int:
         lo = bisect.bisect_left(plain_done, r.invoked_ns - NS)
@@ -700,15 +684,10 @@ def check_now(
         read = original.get(moved.replica, moved)
         backwards_us = required.value - read.value
         tickets_involved = [r for r in (read, required) if r.replica.startswith("ticket of ")]
-        if tickets_involved:
-            if any(in_step(r) for r in tickets_involved):
-                after_step += 1
-                deviation = max(deviation, backwards_us / 1e6)
-                continue
-            if backwards_us * 1000 <= max(round_trip_near(r) for r in tickets_involved):
-                within += 1
-                deviation = max(deviation, backwards_us / 1e6)
-                continue
+        if tickets_involved and backwards_us * 1000 <= max(round_trip_near(r) for r in tickets_involved):
+            within += 1
+            deviation = max(deviation, backwards_us / 1e6)
+            continue
         out.append(
             Violation(
                 "now-monotonic",
@@ -758,7 +737,7 @@ def check_now(
                 )
             )
     failed = sum(1 for e in h.events if e["type"] == "now" and not e.get("ok"))
-    return out, NowStats(len(reads), failed, max(ahead, 0.0), max(behind, 0.0), outside, after_step, within, deviation)
+    return out, NowStats(len(reads), failed, max(ahead, 0.0), max(behind, 0.0), outside, within, deviation)
 
 
 # -- everything ------------------------------------------------------------------------------------

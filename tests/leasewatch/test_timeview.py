@@ -147,12 +147,39 @@ def test_problems_name_what_an_operator_acts_on() -> None:
     r = poll(view(lambda request: httpx.Response(200, json=bad)))
     assert r.reachable
     assert r.problems == [
-        "runaway clock: its readings are not published",
-        "not in sync with GlobalTime: /now answers 503",
+        "runaway clock: not published",  # an older timesvc: no reasons
+        "global time not current here: /now answers 503",
         "clock +2.500 s from GlobalTime, beyond max_skew 1 s",
         "no successful tick for 30 s",
         "last tick failed: store unavailable",
     ]
+
+
+def test_a_refusing_replica_says_why_on_the_time_panel() -> None:
+    """Issue 22: a replica that refuses to publish its clock says so, with its reason."""
+    refusing = status(
+        runaway=True,
+        ready=False,
+        refusing={
+            "clock": "local clock +600.000s from the support of a majority of fresh clock readings (3 seen)",
+            "replicas": "configured for 1 replicas (TIMESVC_REPLICAS), but a running peer is configured for 3",
+        },
+        support_offset_us=600_000_000,
+        fresh_readings=3,
+        needed_readings=2,
+    )
+    r = poll(view(lambda request: httpx.Response(200, json=refusing)))
+    assert r.refusing.keys() == {"clock", "replicas"} and r.support_offset_s == 600.0
+    assert r.fresh_readings == 3 and r.needed_readings == 2
+    assert r.problems[:2] == [
+        "refuses its clock: local clock +600.000s from the support of a majority of fresh clock readings "
+        "(3 seen); /now answers 503",
+        "refuses its clock: configured for 1 replicas (TIMESVC_REPLICAS), but a running peer is configured for 3 "
+        "(check TIMESVC_REPLICAS)",
+    ]
+    not_current = status(in_sync=False, ready=False, fresh_readings=1, needed_readings=2)
+    r = poll(view(lambda request: httpx.Response(200, json=not_current)))
+    assert r.problems == ["global time not current here (1 of 2 fresh clock readings seen): /now answers 503"]
     # An older timesvc without the /now count: no rate, nothing else lost.
     old = {k: v for k, v in status().items() if k not in ("now_requests", "now_errors", "last_ok_tick_age_s")}
     r = poll(view(lambda request: httpx.Response(200, json=old)))

@@ -120,6 +120,28 @@ def service_env(extra: dict[str, str], *, skew: str | None = None) -> dict[str, 
     return env
 
 
+def clock_file_env(extra: dict[str, str], clock_file: Path, *, initial: str = "+0 x1") -> dict[str, str]:
+    """``extra`` plus libfaketime on the process itself, its wall clock read from ``clock_file``
+    (write ``+600s``, ``-60s``, ``+0 x1.6`` or an absolute time — frozen — there at run time).
+
+    The file is re-read at most once a second (``FAKETIME_CACHE_DURATION=1``), not at every call
+    (``FAKETIME_NO_CACHE=1``): that opens and reads the file at each of the thousands of clock
+    calls a serving process makes per second, and on a loaded machine (load ~20) it made the skewed
+    replica answer in seconds. A change takes effect within about a second. The monotonic clock
+    stays real; the sitecustomize fixes ``time.sleep``. ``initial`` is written first; end a rate
+    with ``+0 x1`` (a bare ``+0`` keeps the last rate)."""
+    clock_file.write_text(initial + "\n")
+    env = dict(extra)
+    env["LD_PRELOAD"] = libfaketime()
+    env["FAKETIME_TIMESTAMP_FILE"] = str(clock_file)
+    env["FAKETIME_CACHE_DURATION"] = "1"
+    env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(FAKETIME_SITE), extra.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))])
+    )
+    return env
+
+
 class Fleet:
     """Processes started by one test; all stopped at the end, by PID."""
 

@@ -67,3 +67,33 @@ def test_async_clock_and_bad_urls(processes: Fleet, sqlite_url: str) -> None:
     for bad in ("", "ftp://x", " , "):
         with pytest.raises(ConfigurationError):
             TimeServiceClock(bad)
+
+
+def test_a_lying_replica_never_breaks_later_tickets(processes: Fleet, sqlite_url: str) -> None:
+    """Issue 22 finding 4: one replica answering now_us = 10^20 lifted the client's floor for good,
+    and every later ticket of that process failed. Now its answer needs another replica's word,
+    gets none, and is rejected; the locks of that process keep working with sane tickets."""
+    from pathlib import Path
+
+    from lockclient import RemoteLocker, open_store
+    from lockclient.lockid import ticket_time
+    from tests.support.waiting import wait_until
+
+    port = free_port()
+    liar = processes.python("liar", [str(Path(__file__).with_name("liar.py")), str(port)], {})
+    wait_until(lambda: "listening" in liar.log_tail(), "the lying replica to listen")
+    a, b = (processes.timesvc(sqlite_url, name=n, replicas=3, wait=False) for n in ("a", "b"))
+    a.wait_ready()
+    b.wait_ready()
+    clock = TimeServiceClock([f"http://127.0.0.1:{port}", a.url, b.url], timeout=2.0)
+    locker = RemoteLocker(open_store(sqlite_url), clock, lease=5, owns_store=True)
+    try:
+        for i in range(10):
+            with locker.get_lock(f"liar-{i % 2}", timeout=10) as lock:
+                ticket_us = ticket_time(lock.ticket)
+                assert abs(ticket_us - time.time_ns() // 1000) < 2_000_000, f"ticket {lock.ticket} far from real time"
+            assert clock.now_us() < time.time_ns() // 1000 + 2_000_000
+        assert clock.rejected >= 1, "the lie was never even seen"
+    finally:
+        locker.close()
+        clock.close()

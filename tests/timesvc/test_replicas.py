@@ -27,8 +27,11 @@ def now_us(proc: ServiceProcess) -> int:
     return value
 
 
-async def hammer(urls: list[str], clients: int, seconds: float) -> list[Read]:
-    """`clients` concurrent clients, each hopping to the next replica on every request."""
+async def hammer(
+    urls: list[str], clients: int, seconds: float, *, may_refuse: frozenset[str] = frozenset()
+) -> list[Read]:
+    """`clients` concurrent clients, each hopping to the next replica on every request; the
+    replicas at ``may_refuse`` may answer 503 (a refused clock), the others must answer."""
     reads: list[Read] = []
     deadline = time.monotonic() + seconds
 
@@ -40,6 +43,9 @@ async def hammer(urls: list[str], clients: int, seconds: float) -> list[Read]:
             invoked = time.monotonic_ns()
             async with session.get(f"{url}/now") as response:
                 body = await response.json()
+            if response.status == 503 and url in may_refuse:
+                assert "refuses its own clock" in body["detail"] or "cannot vouch" in body["detail"], body
+                continue
             assert response.status == 200, body
             reads.append(Read(n, invoked, time.monotonic_ns(), body["now_us"], body["replica"]))
 
@@ -94,8 +100,10 @@ def test_runaway_replica_never_drags_now_ahead_and_reports_not_ready(processes: 
             for r in [*healthy, fast]:
                 response = client.get(f"{r.url}/now")
                 if r is fast and response.status_code == 503:
-                    # Never in sync: it cannot tell a runaway clock from stale global time.
-                    assert "not in sync" in response.json()["detail"]
+                    # Its clock is refused (or not yet judged against a majority): it sends
+                    # clients elsewhere rather than hand out values that advance only in steps.
+                    detail = response.json()["detail"]
+                    assert "refuses its own clock" in detail or "cannot vouch" in detail, detail
                     refused += 1
                     continue
                 value = response.json()["now_us"]
@@ -104,7 +112,8 @@ def test_runaway_replica_never_drags_now_ahead_and_reports_not_ready(processes: 
         assert refused > 0, "a replica that was never in sync must not vouch for a time"
         ready = client.get(f"{fast.url}/readyz")
         assert ready.status_code == 503
-        assert any("runaway" in reason for reason in ready.json()["reasons"])
+        assert any("local clock refused" in reason for reason in ready.json()["reasons"])
+        assert any(reason.startswith("clock:") for reason in ready.json()["refusing"])
         status = client.get(f"{fast.url}/status").json()
         assert status["runaway"] and status["rejected_ticks"] > 3
         assert status["local_offset_us"] > 500_000_000
@@ -112,6 +121,7 @@ def test_runaway_replica_never_drags_now_ahead_and_reports_not_ready(processes: 
             assert client.get(f"{r.url}/readyz").status_code == 200
         metrics = client.get(f"{fast.url}/metrics").text
         assert "timesvc_runaway 1.0" in metrics
+        assert 'timesvc_refusing{reason="clock"} 1.0' in metrics
 
 
 def test_pausing_the_healthy_replicas_never_lets_a_runaway_take_over(processes: Fleet, sqlite_url: str) -> None:
@@ -128,8 +138,9 @@ def test_pausing_the_healthy_replicas_never_lets_a_runaway_take_over(processes: 
             end, answered = time.monotonic() + seconds, 0
             while time.monotonic() < end:
                 response = client.get(f"{fast.url}/now")
-                if response.status_code == 503:  # never in sync: refuses rather than vouch for a time
-                    assert "not in sync" in response.json()["detail"]
+                if response.status_code == 503:  # its clock is refused: it sends clients elsewhere
+                    detail = response.json()["detail"]
+                    assert "refuses its own clock" in detail or "cannot vouch" in detail, detail
                 else:
                     value = response.json()["now_us"]
                     assert value <= time.time_ns() // 1000 + MAX_SKEW_US, "the runaway clock leaked into /now"
@@ -181,16 +192,21 @@ def test_no_freeze_after_a_fast_replica_published_and_died(processes: Fleet, sql
 
 
 def test_replica_in_the_past_never_lowers_now(processes: Fleet, sqlite_url: str) -> None:
-    healthy = [processes.timesvc(sqlite_url, name=f"ok{i}") for i in range(2)]
+    """A replica 600 s behind is refused (it answers 503: its clock disagrees with the majority)
+    and never lowers what the others hand out."""
+    healthy = [processes.timesvc(sqlite_url, name=f"ok{i}", replicas=3, wait=False) for i in range(2)]
     for r in healthy:
         r.wait_ready()
-    slow = processes.timesvc(sqlite_url, name="slow", skew="-600s")
-    slow.wait_ready()  # a slow clock is not runaway: it serves observed + elapsed
-    reads = asyncio.run(hammer([r.url for r in [*healthy, slow]], clients=6, seconds=4))
+    slow = processes.timesvc(sqlite_url, name="slow", skew="-600s", replicas=3)
+    reads = asyncio.run(
+        hammer([r.url for r in [*healthy, slow]], clients=6, seconds=4, may_refuse=frozenset({slow.url}))
+    )
     assert monotonic_read_violations(reads) == []
-    slow_values = [r.value for r in reads if r.replica == "slow"]
-    assert slow_values
-    assert min(slow_values) > time.time_ns() // 1000 - 60_000_000, "the slow replica served its own clock"
+    assert all(r.value > time.time_ns() // 1000 - 60_000_000 for r in reads), "the slow replica's clock leaked"
+    with httpx.Client(timeout=5) as client:
+        ready = client.get(f"{slow.url}/readyz")
+        assert ready.status_code == 503
+        assert any(reason.startswith("clock:") for reason in ready.json()["refusing"])
 
 
 def test_store_unavailable_gives_503_and_recovers_by_itself(processes: Fleet, tmp_path: Path) -> None:
