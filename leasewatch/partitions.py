@@ -41,6 +41,7 @@ so a hand-over to a new replica delays no revocation.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -93,10 +94,15 @@ def assign(members: Sequence[str], partitions: int = INDEX_SHARDS) -> dict[int, 
     """Partition -> member: rendezvous hashing (each partition prefers the member with the
     highest hash of the pair) with a cap of ``ceil(partitions / members)`` each. The same on
     every replica given the same members; a member that leaves moves mostly its own
-    partitions, and no member gets more than its share."""
-    ordered = sorted(set(members))
+    partitions, and no member gets more than its share. Computed once per set of members
+    (every refresh asks; the members rarely change)."""
+    return dict(_assign(tuple(sorted(set(members))), partitions))
+
+
+@functools.lru_cache(maxsize=64)
+def _assign(ordered: tuple[str, ...], partitions: int) -> tuple[tuple[int, str], ...]:
     if not ordered:
-        return {}
+        return ()
     cap = math.ceil(partitions / len(ordered))
     load = dict.fromkeys(ordered, 0)
     out: dict[int, str] = {}
@@ -106,7 +112,7 @@ def assign(members: Sequence[str], partitions: int = INDEX_SHARDS) -> dict[int, 
                 out[partition] = member
                 load[member] += 1
                 break
-    return out
+    return tuple(out.items())
 
 
 def _encode(member: str, version: int, lease: float) -> str:

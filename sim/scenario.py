@@ -47,7 +47,7 @@ class Config:
 
     duration: float = 60.0
     """The workload and the faults run this long ..."""
-    quiet: float = 30.0
+    quiet: float = 20.0
     """... then a quiet phase (no new faults, everything healed) after which liveness is judged."""
     clients: int = 4
     workers: int = 2

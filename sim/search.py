@@ -71,8 +71,8 @@ def config_for_seed(seed: int, profile: Profile) -> Config:
         leasewatch=rng.choice((1, 2, 2, 3)),
         lease=lease,
         grace=rng.choice((0.5, 1.0)),
-        hold=rng.choice((0.01, 0.2, 1.0)),
-        think=rng.choice((0.0, 0.1, 0.5)),
+        hold=rng.choice((0.01, 0.05, 0.2, 1.0)),
+        think=rng.choice((0.0, 0.05, 0.2)),
     )
 
 

@@ -41,7 +41,7 @@ from greenlet import GreenletExit, greenlet
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
 
-__all__ = ["EPOCH_NS", "NS", "Process", "SimTask", "Timer", "Waiter", "WallClock", "World", "WorldStopped"]
+__all__ = ["EPOCH_NS", "NS", "Process", "SimTask", "Waiter", "WallClock", "World", "WorldStopped"]
 
 NS = 1_000_000_000
 EPOCH_NS = 1_790_000_000 * NS
@@ -51,18 +51,6 @@ EPOCH_NS = 1_790_000_000 * NS
 class WorldStopped(GreenletExit):
     """Raised inside a task whose process crashed or whose world ended, at its next wait: the
     task unwinds without touching anything (the world no longer runs what it would do)."""
-
-
-class Timer:
-    __slots__ = ("cancelled", "fn", "when")
-
-    def __init__(self, when: int, fn: Callable[[], None]) -> None:
-        self.when = when
-        self.fn = fn
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
 
 
 class SimTask:
@@ -95,26 +83,23 @@ class SimTask:
 class Waiter:
     """One wait of the current task: the first :meth:`fire` wins and wakes it with its value."""
 
-    __slots__ = ("done", "task", "timer", "world")
+    __slots__ = ("done", "task", "world")
 
     def __init__(self, world: World) -> None:
         self.world = world
         self.task = world.running()
         self.done = False
-        self.timer: Timer | None = None
 
     def fire(self, value: object) -> None:
         if self.done:
-            return
+            return  # the other way of waking it came first (a timeout's timer just runs out)
         self.done = True
-        if self.timer is not None:
-            self.timer.cancel()
         self.world.wake(self.task, value)
 
     def wait(self, timeout_ns: int | None, on_timeout: object = False) -> Any:
         """Block until fired, or until ``timeout_ns`` of real time passed (then ``on_timeout``)."""
         if timeout_ns is not None:
-            self.timer = self.world.after(timeout_ns, lambda: self.fire(on_timeout))
+            self.world.after(timeout_ns, lambda: self.fire(on_timeout))
         return self.world.block()
 
 
@@ -264,7 +249,7 @@ class World:
         self.seed = seed
         self.rng = random.Random(f"{seed}/schedule")
         self.now = 0
-        self._timers: list[tuple[int, int, Timer]] = []
+        self._timers: list[tuple[int, int, Callable[[], None]]] = []
         self._ready: list[tuple[SimTask, object]] = []
         self._seq = itertools.count()
         self._pids = itertools.count(100)
@@ -286,13 +271,13 @@ class World:
 
     # -- timers -----------------------------------------------------------------------------------
 
-    def at(self, when: int, fn: Callable[[], None]) -> Timer:
-        timer = Timer(max(when, self.now), fn)
-        heapq.heappush(self._timers, (timer.when, next(self._seq), timer))
-        return timer
+    def at(self, when: int, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the hub at virtual time ``when`` (now, if that has passed)."""
+        now = self.now
+        heapq.heappush(self._timers, (when if when > now else now, next(self._seq), fn))
 
-    def after(self, delay_ns: int, fn: Callable[[], None]) -> Timer:
-        return self.at(self.now + max(0, delay_ns), fn)
+    def after(self, delay_ns: int, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, (self.now + (delay_ns if delay_ns > 0 else 0), next(self._seq), fn))
 
     # -- tasks ------------------------------------------------------------------------------------
 
@@ -361,13 +346,11 @@ class World:
                 task.glet.switch(value)
                 self._current = None
                 continue
-            while timers and timers[0][2].cancelled:
-                heapq.heappop(timers)
             if not timers or timers[0][0] > until:
                 break
-            when, _, timer = heapq.heappop(timers)
+            when, _, fn = heapq.heappop(timers)
             self.now = when
-            timer.fn()
+            fn()
         self.now = max(self.now, until)
 
     def stop(self) -> None:
