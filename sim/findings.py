@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from sim.runtime import SimRuntime
 from sim.search import Outcome, run_seed
 
 __all__ = ["FINDINGS", "Finding", "Hunt", "hunt"]
@@ -100,7 +101,59 @@ def _restore_23_3() -> None:
     algorithm._settle = old_settle  # type: ignore[assignment]
 
 
+# -- issue 22: global time and schedules -----------------------------------------------------------
+
+
+def _restore_22_global_time() -> None:
+    """The old TryUpdateGlobalTime (sim/corpus/globaltime_c056ae8.py) on every timesvc replica,
+    and the old ``/now``: it answered whenever the replica was "in sync"."""
+    from sim import scenario
+    from sim.corpus import globaltime_c056ae8 as old
+
+    def old_check_answerable(result: object, replica: str) -> None:
+        if not getattr(result, "current", True):
+            raise old.GlobalTimeNotCurrent(f"replica {replica} is not in sync with global time yet")
+
+    setattr(scenario, "GlobalTimeUpdater", old.GlobalTimeUpdater)  # noqa: B010 - putting the old code back
+    setattr(scenario, "check_answerable", old_check_answerable)  # noqa: B010
+
+
+def _restore_22_3() -> None:
+    """Periodic jobs planned by the host's wall clock, as APScheduler 3's interval trigger plans them
+    (``datetime.now()``): a step back of a minute leaves every job waiting a minute."""
+    from sim import scenario
+
+    def wall_seconds(runtime: SimRuntime) -> Callable[[], float]:
+        return lambda: runtime.wall_us() / 1e6
+
+    scenario.schedule_clock = wall_seconds
+
+
 FINDINGS: dict[str, Finding] = {
+    "fast-clock-drags-global-time": Finding(
+        22,
+        "a fast clock drags global time without limit",
+        "fastclocks",
+        ("time",),
+        _restore_22_global_time,
+        "TryUpdateGlobalTime as at c056ae8 (a runaway guard against the last global value)",
+    ),
+    "misconfigured-replica-adopts-its-clock": Finding(
+        22,
+        "a replica restarted with TIMESVC_REPLICAS=1 adopts its runaway clock",
+        "misconfigured",
+        ("time",),
+        _restore_22_global_time,
+        "TryUpdateGlobalTime as at c056ae8 (a majority of one)",
+    ),
+    "wall-step-stops-leasewatch": Finding(
+        22,
+        "a wall-clock step back stops leasewatch (and timesvc's ticks)",
+        "steps",
+        ("liveness",),
+        _restore_22_3,
+        "periodic jobs planned by the wall clock (APScheduler 3)",
+    ),
     "renewal-dated-from-retry": Finding(
         23,
         "a renewal's lease is dated from a retry that wrote nothing",

@@ -107,7 +107,8 @@ class Nemesis:
                             t += rng.expovariate(c.fault_rate)
                             continue
                         clock_busy_until = t + duration + 1.0
-                kind = rng.choice(("step", "step", "rate", "rate", "stop", "misconfigured"))
+                kinds = [k for k in ("step", "step", "rate", "rate", "stop", "misconfigured") if k in c.clock_faults]
+                kind = rng.choice(kinds)
                 params: dict[str, Any] = {"kind": kind}
                 if kind == "step":
                     params["delta"] = round(rng.choice((-1, 1)) * rng.choice((0.1, 0.6, 2.0, 60.0, 600.0)), 3)

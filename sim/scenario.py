@@ -75,6 +75,8 @@ class Config:
     """Which fault families the nemesis draws from (sim.nemesis.FAMILIES), comma separated, or "none"."""
     fault_rate: float = 0.15
     """Fault events per simulated second."""
+    clock_faults: str = "step,rate,stop,misconfigured"
+    """Which clock faults the ``clock`` family draws (sim.nemesis)."""
     resources: bool = True
     """Fenced writes to a FencedResource per lock while holding it."""
 

@@ -47,6 +47,9 @@ PROFILES: dict[str, Profile] = {
     "clocks": Profile("clocks", Config(faults="clock,pause,crash", fault_rate=0.2)),
     "unknown": Profile("unknown", Config(faults="lossy,paxos,cut", fault_rate=0.3)),
     "processes": Profile("processes", Config(faults="pause,crash,cut", fault_rate=0.25)),
+    "misconfigured": Profile("misconfigured", Config(faults="clock", fault_rate=0.2, clock_faults="misconfigured")),
+    "fastclocks": Profile("fastclocks", Config(faults="clock", fault_rate=0.2, clock_faults="rate")),
+    "steps": Profile("steps", Config(faults="clock,crash", fault_rate=0.25)),
     "leases": Profile(
         "leases", Config(faults="lossy,paxos,cut,pause", fault_rate=0.4, long_hold=0.5), leases=(5.0, 10.0)
     ),
