@@ -157,7 +157,7 @@ FINDINGS: dict[str, Finding] = {
     "renewal-dated-from-retry": Finding(
         23,
         "a renewal's lease is dated from a retry that wrote nothing",
-        "leases",
+        "renewals",
         ("lease",),
         _restore_23_1,
         "attempt ids removed from compare-and-set values",

@@ -3,12 +3,12 @@
 The schedule is data (a list of :class:`FaultEvent`), so a failing run can be shrunk — replayed
 with fewer and shorter faults — and printed as a replay. Families (``Config.faults``):
 
-* ``pause`` — SIGSTOP a client, leasewatch or timesvc process for up to 8 s;
+* ``pause`` — SIGSTOP a client, leasewatch or timesvc process for up to 12 s;
 * ``crash`` — SIGKILL one, restarted as a new incarnation up to 10 s later;
 * ``cut`` — a process loses the store (requests and answers) for up to 5 s;
 * ``lossy`` — for a while, answers are lost after their request applied, compare-and-sets answer
   "outcome unknown" (applied or not), requests are refused, some legs are slow;
-* ``paxos`` — for up to 10 s every Paxos round (compare-and-sets, SERIAL reads) times out, half of
+* ``paxos`` — for up to 15 s every Paxos round (compare-and-sets, SERIAL reads) times out, half of
   them after applying: a replica paused (GC, a frozen VM) still "up" in gossip;
 * ``clock`` — one timesvc replica's wall clock steps (±0.1–600 s), runs fast (1.1×, 1.6×, 2×,
   10×) or slow (0.5×), or stops — one replica at a time, so a majority of clocks stays correct
@@ -77,7 +77,7 @@ class Nemesis:
         while t < c.duration:
             family = rng.choice(families)
             if family == "pause":
-                events.append(FaultEvent(t, "pause", rng.choice(roles), rng.uniform(0.05, 8.0)))
+                events.append(FaultEvent(t, "pause", rng.choice(roles), rng.uniform(0.05, 12.0)))
             elif family == "crash":
                 events.append(FaultEvent(t, "crash", rng.choice(roles), rng.uniform(0.2, 10.0)))
             elif family == "cut":
@@ -91,7 +91,7 @@ class Nemesis:
                 }
                 events.append(FaultEvent(t, "lossy", "*", rng.uniform(0.5, 10.0), dict(rates)))
             elif family == "paxos":
-                events.append(FaultEvent(t, "paxos", "*", rng.uniform(0.5, 10.0)))
+                events.append(FaultEvent(t, "paxos", "*", rng.uniform(0.5, 15.0)))
             elif family == "clock":
                 # A timesvc replica's clock only while the others' are correct: the promise holds
                 # while a majority of the configured replicas' clocks are correct (one of three).

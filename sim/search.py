@@ -50,6 +50,9 @@ PROFILES: dict[str, Profile] = {
     "misconfigured": Profile("misconfigured", Config(faults="clock", fault_rate=0.2, clock_faults="misconfigured")),
     "fastclocks": Profile("fastclocks", Config(faults="clock", fault_rate=0.2, clock_faults="rate")),
     "steps": Profile("steps", Config(faults="clock,crash", fault_rate=0.25)),
+    "renewals": Profile(
+        "renewals", Config(duration=240.0, faults="paxos,pause", fault_rate=0.6, long_hold=0.7), leases=(10.0,)
+    ),
     "leases": Profile(
         "leases", Config(faults="lossy,paxos,cut,pause", fault_rate=0.4, long_hold=0.5), leases=(5.0, 10.0)
     ),
