@@ -1,0 +1,122 @@
+"""``make mutation``: mutmut over the algorithm cores ([tool.mutmut] in pyproject.toml), then a score
+per module (issue 24; BENCHMARKS.md, docs/mutation-triage.md).
+
+A full run is ~4,900 mutants — hours on this project's 2-core machines, so by default the small
+modules are run in full and the four large ones (``SAMPLED``) by a fixed, seeded sample of their
+mutants (``MUTATION_SAMPLE``, a fraction; 1 runs everything). The same seed picks the same sample
+from the same code. Steps:
+
+1. ``mutmut run <every mutant of the fully-run modules>`` — mutmut generates every mutant into
+   ``mutants/`` and measures which tests reach which function;
+2. ``mutmut run <the sample>``, reusing that;
+3. a table per module from mutmut's own results (``mutants/**/*.py.meta``).
+
+Workers run under ``nice -n 15`` (``MUTATION_JOBS``, default 2). Exit code 0 whatever the score:
+the score is reported, survivors are triaged by a person.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MUTMUT = Path(sys.executable).with_name("mutmut")
+SAMPLED = ("lockclient/lease.py", "lockclient/fairqueue.py", "lockclient/globaltime.py", "leasewatch/watcher.py")
+SAMPLE_SEED = 24
+
+STATUSES = ("killed", "timeout", "survived", "no tests", "suspicious", "segfault")
+"""mutmut's verdicts (mutmut.stats.status_by_exit_code); a timeout is a kill by SIGXCPU."""
+
+
+def modules() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    return list(config["only_mutate"])
+
+
+def dotted(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def results() -> dict[str, dict[str, int | None]]:
+    """Mutant name → mutmut's exit code (None: not run), per module path."""
+    out: dict[str, dict[str, int | None]] = {}
+    for path in modules():
+        meta = ROOT / "mutants" / f"{path}.meta"
+        out[path] = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+    return out
+
+
+def mutmut(names: list[str], jobs: int) -> None:
+    command = ["nice", "-n", "15", str(MUTMUT), "run", "--max-children", str(jobs), *names]
+    subprocess.run(command, cwd=ROOT, check=True)
+
+
+def report(cpu_s: float | None, wall_s: float | None) -> None:
+    from mutmut.stats import status_by_exit_code
+
+    rows: list[tuple[str, dict[str, int]]] = []
+    totals = dict.fromkeys(("mutants", "run", *STATUSES), 0)
+    survivors: list[str] = []
+    for path, codes in results().items():
+        row = dict.fromkeys(("mutants", "run", *STATUSES), 0)
+        row["mutants"] = len(codes)
+        for name, code in sorted(codes.items()):
+            status = status_by_exit_code[code]
+            if status == "not checked":
+                continue
+            row["run"] += 1
+            row[status] = row.get(status, 0) + 1
+            if status not in ("killed", "timeout"):
+                survivors.append(f"{name}  ({status})")
+        for key in totals:
+            totals[key] += row.get(key, 0)
+        rows.append((path, row))
+    rows.append(("overall", totals))
+    print()
+    print("| module | mutants | run | killed | timeout | survived | no tests | other | score |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for path, row in rows:
+        other = row["run"] - row["killed"] - row["timeout"] - row["survived"] - row["no tests"]
+        score = f"{100 * (row['killed'] + row['timeout']) / row['run']:.1f} %" if row["run"] else "—"
+        print(
+            f"| {path} | {row['mutants']} | {row['run']} | {row['killed']} | {row['timeout']} | {row['survived']} "
+            f"| {row['no tests']} | {other} | {score} |"
+        )
+    if cpu_s is not None and wall_s is not None:
+        print(f"\nCPU {cpu_s:.0f} s (mutmut and its workers), wall {wall_s:.0f} s")
+    print("\nnot killed:")
+    for line in survivors:
+        print(f"  {line}")
+
+
+def main() -> None:
+    jobs = int(os.environ.get("MUTATION_JOBS", "2"))
+    fraction = float(os.environ.get("MUTATION_SAMPLE", "0.1"))
+    wall = time.monotonic()
+    cpu0 = os.times()
+    full = [f"{dotted(path)}.*" for path in modules() if path not in SAMPLED or fraction >= 1]
+    mutmut(full, jobs)
+    if fraction < 1:
+        rng = random.Random(SAMPLE_SEED)
+        sample: list[str] = []
+        for path in SAMPLED:
+            names = sorted(results()[path])
+            sample += sorted(rng.sample(names, round(fraction * len(names))))
+        mutmut(sample, jobs)
+    cpu1 = os.times()
+    cpu = (cpu1.children_user + cpu1.children_system) - (cpu0.children_user + cpu0.children_system)
+    report(cpu, time.monotonic() - wall)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--report"]:
+        report(None, None)
+    else:
+        main()
