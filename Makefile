@@ -95,8 +95,8 @@ sim: install
 # Mutation testing of the algorithm cores (issue 24; not part of `make test`): mutmut 3 as configured
 # in pyproject's [tool.mutmut], judged by the cores' unit tests and tests/sim/test_mutation_judge.py;
 # prints a score per module and every mutant not killed (triaged in docs/mutation-triage.md). The
-# small modules run in full, the four large ones by a seeded sample (MUTATION_SAMPLE=0.1; 1 = all,
-# ~4,900 mutants, hours); MUTATION_JOBS=2 workers under nice. A fresh run: mutants/ is removed first.
+# modules are judged by a seeded sample of 20 mutants each (MUTATION_SAMPLE=20; MUTATION_SAMPLE=all:
+# ~4,900 mutants, many hours); MUTATION_JOBS=2 workers under nice. A fresh run: mutants/ is removed first.
 mutation: install
 	rm -rf mutants
 	$(PY) scripts/mutation.py

@@ -1,15 +1,16 @@
 """``make mutation``: mutmut over the algorithm cores ([tool.mutmut] in pyproject.toml), then a score
 per module (issue 24; BENCHMARKS.md, docs/mutation-triage.md).
 
-A full run is ~4,900 mutants — hours on this project's 2-core machines, so by default the small
-modules are run in full and the four large ones (``SAMPLED``) by a fixed, seeded sample of their
-mutants (``MUTATION_SAMPLE``, a fraction; 1 runs everything). The same seed picks the same sample
-from the same code. Steps:
+All of them is ~4,900 mutants: a mutant that survives runs every test that reaches its function
+(about a minute on an idle machine), so a full run takes many hours on this project's 2-core
+machines. By default each module is judged by a fixed, seeded sample of its mutants
+(``MUTATION_SAMPLE`` per module, default 20; ``MUTATION_SAMPLE=all`` runs everything): the same
+seed picks the same sample from the same code. Steps:
 
-1. ``mutmut run <every mutant of the fully-run modules>`` — mutmut generates every mutant into
-   ``mutants/`` and measures which tests reach which function;
-2. ``mutmut run <the sample>``, reusing that;
-3. a table per module from mutmut's own results (``mutants/**/*.py.meta``).
+1. ``mutmut run <the sample>`` — mutmut generates every mutant into ``mutants/``, measures which
+   tests reach which function, then runs the sample (a mutant already judged in ``mutants/`` is
+   not run again);
+2. a table per module from mutmut's own results (``mutants/**/*.py.meta``), over the sample only.
 
 Workers run under ``nice -n 15`` (``MUTATION_JOBS``, default 2). Exit code 0 whatever the score:
 the score is reported, survivors are triaged by a person.
@@ -28,7 +29,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTMUT = Path(sys.executable).with_name("mutmut")
-SAMPLED = ("lockclient/lease.py", "lockclient/fairqueue.py", "lockclient/globaltime.py", "leasewatch/watcher.py")
 SAMPLE_SEED = 24
 
 STATUSES = ("killed", "timeout", "survived", "no tests", "suspicious", "segfault")
@@ -58,7 +58,7 @@ def mutmut(names: list[str], jobs: int) -> None:
     subprocess.run(command, cwd=ROOT, check=True)
 
 
-def report(cpu_s: float | None, wall_s: float | None) -> None:
+def report(names: list[str], cpu_s: float | None, wall_s: float | None) -> None:
     from mutmut.stats import status_by_exit_code
 
     rows: list[tuple[str, dict[str, int]]] = []
@@ -66,8 +66,11 @@ def report(cpu_s: float | None, wall_s: float | None) -> None:
     survivors: list[str] = []
     for path, codes in results().items():
         row = dict.fromkeys(("mutants", "run", *STATUSES), 0)
-        row["mutants"] = len(codes)
+        judged = set(names)
+        row["mutants"] = sum(name in judged for name in codes)
         for name, code in sorted(codes.items()):
+            if name not in judged:
+                continue
             status = status_by_exit_code[code]
             if status == "not checked":
                 continue
@@ -80,7 +83,7 @@ def report(cpu_s: float | None, wall_s: float | None) -> None:
         rows.append((path, row))
     rows.append(("overall", totals))
     print()
-    print("| module | mutants | run | killed | timeout | survived | no tests | other | score |")
+    print("| module | sampled | run | killed | timeout | survived | no tests | other | score |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for path, row in rows:
         other = row["run"] - row["killed"] - row["timeout"] - row["survived"] - row["no tests"]
@@ -96,27 +99,42 @@ def report(cpu_s: float | None, wall_s: float | None) -> None:
         print(f"  {line}")
 
 
+def sample(per_module: int | None) -> list[str]:
+    """The mutants judged: every one, or ``per_module`` of each module drawn with a fixed seed."""
+    names: list[str] = []
+    for path, codes in results().items():
+        every = sorted(codes)
+        if per_module is None or per_module >= len(every):
+            names += every
+        else:
+            names += sorted(random.Random(f"{SAMPLE_SEED}/{path}").sample(every, per_module))
+    return names
+
+
+def generate(jobs: int) -> None:
+    """Have mutmut generate the mutants (and measure the tests) without judging any yet: a name
+    that matches no mutant."""
+    mutmut(["none.generate*only"], jobs)
+
+
 def main() -> None:
     jobs = int(os.environ.get("MUTATION_JOBS", "2"))
-    fraction = float(os.environ.get("MUTATION_SAMPLE", "0.1"))
+    raw = os.environ.get("MUTATION_SAMPLE", "20")
+    per_module = None if raw == "all" else int(raw)
     wall = time.monotonic()
     cpu0 = os.times()
-    full = [f"{dotted(path)}.*" for path in modules() if path not in SAMPLED or fraction >= 1]
-    mutmut(full, jobs)
-    if fraction < 1:
-        rng = random.Random(SAMPLE_SEED)
-        sample: list[str] = []
-        for path in SAMPLED:
-            names = sorted(results()[path])
-            sample += sorted(rng.sample(names, round(fraction * len(names))))
-        mutmut(sample, jobs)
+    if not all(results().values()):
+        generate(jobs)
+    names = sample(per_module)
+    mutmut(names, jobs)
     cpu1 = os.times()
     cpu = (cpu1.children_user + cpu1.children_system) - (cpu0.children_user + cpu0.children_system)
-    report(cpu, time.monotonic() - wall)
+    report(names, cpu, time.monotonic() - wall)
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--report"]:
-        report(None, None)
+        raw = os.environ.get("MUTATION_SAMPLE", "20")
+        report(sample(None if raw == "all" else int(raw)), None, None)
     else:
         main()
