@@ -29,7 +29,7 @@ def test_the_driver_reports_nothing_to_the_event_loop() -> None:
         s = PeriodicSchedule()
         s.add("job", 0.01, first_at=loop.time())
         driver = asyncio.create_task(run_schedule(s, {"job": job}))
-        await five.wait()
+        await asyncio.wait_for(five.wait(), 30)  # bounded: a driver that runs nothing fails here
         driver.cancel()
         with pytest.raises(asyncio.CancelledError):
             await driver
@@ -71,7 +71,7 @@ def test_a_cancelled_driver_returns_only_after_every_job_it_started_has_ended() 
         s.add("a", 3600.0, first_at=loop.time())
         s.add("b", 3600.0, first_at=loop.time())
         driver = asyncio.create_task(run_schedule(s, {"a": job("a"), "b": job("b")}))
-        await both.wait()
+        await asyncio.wait_for(both.wait(), 30)
         driver.cancel()
         with pytest.raises(asyncio.CancelledError):
             await driver
