@@ -1,6 +1,6 @@
-"""The watcher's page counts the waiters' leases, not only the holder's (mutation testing, issue
-24: a page that looked only at holder records passed every test). Records written directly —
-nobody renews them — so only the injected clock moves."""
+"""What the watcher's paths that no other test reached do (mutation testing, issue 24): its page
+counts the waiters' leases, not only the holder's; a revoked baseline holder loses its main cell
+with its record. Only the injected clock moves."""
 
 from __future__ import annotations
 
@@ -31,3 +31,27 @@ def test_a_page_counts_an_overdue_waiter_as_well_as_the_holder(store: CellStore,
     # The waiter's 4 s lease, unchanged for 6 s, is the most overdue (the holder's 40 s one: 0.15).
     assert line.most_overdue == pytest.approx(1.5)
     assert line.oldest_lease_age == pytest.approx(6.0)
+
+
+def test_revoking_a_dead_backoff_holder_clears_its_main_cell_too(store: CellStore, clock: FakeMonotonic) -> None:
+    """The baseline (``algorithm="backoff"``) holder keeps a main cell besides its holder record:
+    a revocation deletes both, so the next contender does not wait for the orphan sweep."""
+    from lockclient import RemoteLocker
+
+    locker = RemoteLocker(store, lease=2.0, algorithm="backoff")
+    lock = locker.get_lock("baseline")
+    assert [c.column for c in store.read_row(Table.BACKOFF_MAIN, "baseline")] == [lock.owner]
+    locker._services.keeper.remove(lock._lease)  # the holder "dies": nobody renews it
+    w = Watcher(store, grace=1.0, orphan_after=500.0, replica_id="w", monotonic=clock)
+    assert w.scan().revoked == 0
+    clock.now += 3.1
+    report = w.scan()
+    assert report.revoked == 1 and report.orphans_cleared == 0
+    assert HOLDER_COLUMN not in store.read_versioned("baseline")
+    assert store.read_row(Table.BACKOFF_MAIN, "baseline") == []
+    with RemoteLocker(store, lease=2.0, algorithm="backoff") as other:
+        got = other.try_get_lock("baseline")
+        assert got is not None and got.fencing_token == lock.fencing_token + 1
+        got.release()
+    assert lock.release() is False
+    locker.close()
