@@ -30,6 +30,8 @@ class VirtualTime:
         return self.now
 
     def sleep(self, seconds: float) -> None:
+        # A retry loop whose pauses shrink never reaches its deadline in virtual time: fail, not hang.
+        assert len(self.sleeps) < 1000, f"still retrying after 1000 pauses, the last {seconds} s"
         self.sleeps.append(seconds)
         self.now += seconds
 
