@@ -108,10 +108,6 @@ class Keeper:
             else:
                 self._waiters.discard(lease)
 
-    def renewing(self, lease: HeldLease | WaiterLease) -> bool:
-        with self._cond:
-            return lease in self._holders or lease in self._waiters
-
     def defer(
         self,
         run: Callable[[], object],

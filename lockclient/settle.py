@@ -105,7 +105,6 @@ class Settled:
     proven: bool
     """For RELEASED: proven by our own end record, or by the lease bound (else: released by this
     process's intent, the end record having been overwritten after the lease ran out)."""
-    end: EndRecord | None
 
 
 def settle_end(
@@ -124,13 +123,13 @@ def settle_end(
     ran out by our own clock."""
     current = row.get(holder_column)
     if current == ours:
-        return Settled(Found.OURS, True, None)
+        return Settled(Found.OURS, True)
     if current is not None and current in pending:
-        return Settled(Found.PENDING, True, None)
+        return Settled(Found.PENDING, True)
     end = EndRecord.decode(row.get(ENDED_COLUMN))
     if end is not None and end.ends(token, owner):
-        return Settled(Found.RELEASED if end.how == "released" else Found.REVOKED, True, end)
+        return Settled(Found.RELEASED if end.how == "released" else Found.REVOKED, True)
     if release_sent:
         # Overwritten by a later holder's end (or removed by a version that wrote none).
-        return Settled(Found.RELEASED, seen_before_valid_until, end)
-    return Settled(Found.REVOKED if current is None else Found.LOST, True, end)
+        return Settled(Found.RELEASED, seen_before_valid_until)
+    return Settled(Found.REVOKED if current is None else Found.LOST, True)

@@ -1,0 +1,45 @@
+"""A publication of the watermark (:meth:`lockclient.watermark.Watermarks.advance`) called
+directly: what it returns is what the store holds and what this process then knows — never
+ahead of a live cell below it (mutation testing, issue 24: advance() runs as a deferred keeper
+task, which retries whatever it raises, so a publication that crashed after writing passed every
+test and every judge seed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from lockclient import CellStore, open_store
+from lockclient.lockid import make_ticket
+from lockclient.store import Table
+from lockclient.watermark import WINDOW_US, Watermarks, parse_marks
+
+T = 5_000_000_000_000  # a ticket time (µs), far from 0
+
+
+@pytest.fixture
+def store(sqlite_url: str) -> Iterator[CellStore]:
+    with open_store(sqlite_url) as s:
+        yield s
+
+
+def test_a_publication_returns_what_the_store_holds_and_this_process_knows(store: CellStore) -> None:
+    marks = Watermarks()
+    published = marks.advance(store, "wm", make_ticket(T, "holder"), token=70)
+    assert published == T - WINDOW_US
+    assert parse_marks(store.read_versioned("wm"))[0] == published
+    assert marks.published("wm") == published
+    # Published once: a second call for the same holder changes nothing.
+    assert marks.advance(store, "wm", make_ticket(T, "holder"), token=70) == published
+
+
+def test_a_publication_stops_below_a_live_queue_cell(store: CellStore) -> None:
+    marks = Watermarks()
+    waiting = make_ticket(T - 2 * WINDOW_US, "early-waiter")
+    store.put(Table.QUEUE, "wm2", waiting, '{"l":5.0,"o":"early-waiter","v":1}', timestamp=1)
+    published = marks.advance(store, "wm2", make_ticket(T, "holder"), token=70)
+    assert published == T - 2 * WINDOW_US  # the waiter's cell stays visible to every reader
+    assert parse_marks(store.read_versioned("wm2"))[0] == published
+    assert marks.published("wm2") == published
+    assert marks.start("wm2") <= waiting
