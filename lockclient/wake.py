@@ -260,6 +260,19 @@ class LocalListener:
                 got = True
         return got
 
+    def for_event_loop(self) -> None:
+        """Make the socket non-blocking for good, for :meth:`consume_one` (an event loop's reader)."""
+        self._sock.setblocking(False)
+
+    def consume_one(self) -> bool:
+        """Read one wake-up if one is there, in one system call (after :meth:`for_event_loop`);
+        a level-triggered reader is called again while more are queued."""
+        try:
+            self._sock.recv(16)
+        except OSError:  # BlockingIOError: none there
+            return False
+        return True
+
     def wake(self) -> None:
         """Wake this listener (from another thread: a background long-poll that answered)."""
         LocalWakeups.send(self.name)
