@@ -1,4 +1,4 @@
-"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues] [--quick] [--k K] [--only PEERS] [--max-n N]``.
+"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues|asyncio] [--quick] [--k K] ...``.
 
 See bench/README.md.
 """
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale", "queues"],
+        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale", "queues", "asyncio"],
         help="which benchmark (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite ~3 minutes)")
@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
 
         # `make bench` (all) runs the short version (one round, short windows); `bench queues` the whole.
         queues.run(quick=args.which == "all" or args.quick)
+    if args.which in ("all", "asyncio"):
+        from bench import aio
+
+        aio.run(quick=args.quick)
     print(f"[bench] done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 

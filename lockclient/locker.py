@@ -426,9 +426,17 @@ class RemoteLocker:
                     # Granted, but the caller is gone: nobody else will ever release it.
                     runtime.executor.submit(lock.release)
 
+        async def acquisition() -> RemoteLock | None:
+            try:
+                return await run_in_greenlet(acquire, on_cancel=cancel.set)
+            except (LockCancelled, LockTimeout):
+                if abandoned:
+                    return None  # its clean-up is done, and nobody awaits the outcome any more
+                raise
+
         # The acquisition runs as a task of its own, shielded from the caller's cancellation: it
         # learns of it through `cancel`, and cleans up (withdraws its queue cell) by itself.
-        task = asyncio.ensure_future(run_in_greenlet(acquire, on_cancel=cancel.set))
+        task = asyncio.ensure_future(acquisition())
         task.add_done_callback(release_if_abandoned)
         try:
             if deadline is None:

@@ -316,17 +316,33 @@ class LocalWakeups:
             return TAKEN if exc.errno == errno.EADDRINUSE else None
         return LocalListener(sock, name, watch)
 
+    _sender: socket.socket | None = None
+    _sender_lock = threading.Lock()
+
+    @staticmethod
+    def _sending_socket() -> socket.socket:
+        # One unbound, non-blocking socket per process, shared by every thread (a datagram send is
+        # atomic): a socket, a flag change and a close per wake-up were three more system calls on
+        # every release and withdrawal — each one a GIL hand-over an event loop pays for.
+        sender = LocalWakeups._sender
+        if sender is None:
+            with LocalWakeups._sender_lock:
+                sender = LocalWakeups._sender
+                if sender is None:
+                    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    sender.setblocking(False)
+                    LocalWakeups._sender = sender
+        return sender
+
     @staticmethod
     def send(name: bytes) -> bool:
         """True if a listener on this machine got it (an abstract name nobody bound refuses)."""
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-                sock.setblocking(False)
-                sock.sendto(b"!", name)
+            LocalWakeups._sending_socket().sendto(b"!", name)
         except BlockingIOError:
             return True  # its buffer is full of wake-ups: it is awake anyway
         except OSError:
-            return False  # nobody listens on this machine
+            return False  # nobody listens on this machine (or no descriptor for a socket: poll instead)
         return True
 
     @staticmethod
