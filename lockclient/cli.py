@@ -65,6 +65,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,8 +79,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
-from rich.markup import escape
 
+from lockclient import metrics
 from lockclient.entrypoint import describe_validation_error, guarded_main
 from lockclient.errors import (
     ClockError,
@@ -135,8 +136,16 @@ EXIT_NOT_FOUND = 127
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+
+def _escape_markup(text: str) -> str:
+    """``rich.markup.escape`` (the same expression): importing rich.markup for it cost ~10 ms of
+    every lockctl start, and help is the only place that needs it."""
+    escaped = re.sub(r"(\\*)(\[[a-z#/@][^[]*?])", lambda m: f"{m[1]}{m[1]}\\{m[2]}", text)
+    return escaped + "\\" if escaped.endswith("\\") and not escaped.endswith("\\\\") else escaped
+
+
 # Escaped: typer renders help as rich markup, which would eat the "[default: ...]" of each line.
-_EPILOG = escape(settings_help(ClientSettings)).replace("\n", "\n\n")
+_EPILOG = _escape_markup(settings_help(ClientSettings)).replace("\n", "\n\n")
 
 app = typer.Typer(
     help="chronolock lockctl: run a command under a fair distributed lock, inspect locks, create the schema, "
@@ -323,6 +332,7 @@ def run(
     128+N lockctl received signal N (forwarded to COMMAND's process group, lock released).
     """
     _setup_logging(verbose, log_format)
+    metrics.record_nothing()  # lockctl exposes no /metrics: never import prometheus_client
     with _clear_errors():
         # First: a misspelt CHRONOLOCK_* variable or a missing store URL stops lockctl (exit 78)
         # before it takes a lock in a store nobody else uses.
@@ -588,6 +598,7 @@ def status(
 ) -> None:
     """Show a lock's holder(s), fencing token, queue in order and lease records."""
     _setup_logging(verbose, log_format)
+    metrics.record_nothing()
     from lockclient.locker import RemoteLocker
 
     with _clear_errors():

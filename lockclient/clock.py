@@ -37,15 +37,17 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import httpx
-
+from lockclient import httpclient
 from lockclient.errors import ChronolockError, ConfigurationError, StoreError, TimeServiceUnavailable
 from lockclient.globaltime import GlobalTimeUpdater
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CellStore
+
+if TYPE_CHECKING:
+    import httpx  # imported when a timesvc client is built (lockclient.httpclient)
 
 __all__ = [
     "AsyncTimeServiceClock",
@@ -294,6 +296,8 @@ class _Replicas:
         self.urls = parse_timesvc_urls(urls)
         self.preferred = 0
         self.floor = _Floor()
+        self.errors: tuple[type[Exception], ...] = (*httpclient.http_errors(), TimeServiceUnavailable)
+        """What makes a request fail over to the next replica."""
 
     def order(self) -> list[tuple[int, str]]:
         """The replica that answered last first, then the others in turn."""
@@ -309,9 +313,6 @@ class _Replicas:
     @staticmethod
     def failed(errors: list[str]) -> TimeServiceUnavailable:
         return TimeServiceUnavailable("no timesvc replica answered: " + "; ".join(errors))
-
-
-_FAILOVER_ERRORS = (httpx.HTTPError, TimeServiceUnavailable)
 
 
 class TimeServiceClock:
@@ -336,7 +337,9 @@ class TimeServiceClock:
     ):
         self._replicas = _Replicas(urls, timeout)
         self.urls = self._replicas.urls
-        self._client = httpx.Client(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
+        self._client = httpclient.client(
+            self.urls, timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"}
+        )
         self._extrapolator = Extrapolator(self.fetch_us, max_age=max_age, refresh_after=refresh_after, runtime=runtime)
         self._ticket_floor = _Floor()
 
@@ -346,7 +349,7 @@ class TimeServiceClock:
         for index, url in self._replicas.order():
             try:
                 value = _parse_now(self._client.get(f"{url}/now"), url)
-            except _FAILOVER_ERRORS as exc:
+            except self._replicas.errors as exc:
                 errors.append(f"{url}: {exc or type(exc).__name__}")
                 continue
             return self._replicas.answered(index, value, errors)
@@ -378,14 +381,16 @@ class AsyncTimeServiceClock:
     ):
         self._replicas = _Replicas(urls, timeout)
         self.urls = self._replicas.urls
-        self._client = httpx.AsyncClient(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
+        self._client = httpclient.async_client(
+            self.urls, timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"}
+        )
 
     async def anow_us(self) -> int:
         errors: list[str] = []
         for index, url in self._replicas.order():
             try:
                 value = _parse_now(await self._client.get(f"{url}/now"), url)
-            except _FAILOVER_ERRORS as exc:
+            except self._replicas.errors as exc:
                 errors.append(f"{url}: {exc or type(exc).__name__}")
                 continue
             return self._replicas.answered(index, value, errors)

@@ -25,14 +25,13 @@ What a held lock promises (DESIGN.md §5, §7; the README states the bounds):
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lockclient import metrics
 from lockclient.algorithm import Acquisition, Algorithm, Services, Timestamps
@@ -53,11 +52,16 @@ from lockclient.lease import (
 from lockclient.lockid import INDEX_SHARDS, index_shard, ticket_time, validate_lock_id
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Event, Runtime
-from lockclient.runtime.aio import AioWakeups, AsyncioRuntime, BlockingStore, run_in_greenlet
 from lockclient.store import CellStore, Table
 from lockclient.store.counting import CountingStore, OpCounts
 from lockclient.wake import LOCAL_WAKEUPS, QUIET_HOLD_S, InProcessSignals, Waker, Wakeups, Watch
 from lockclient.watermark import Watermarks
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio and the asyncio runtime (greenlet) are imported by the async methods that use them:
+# an application that never awaits a lock does not pay for them at import (issue 25: import time).
 
 __all__ = [
     "INDEX_SHARDS",
@@ -220,6 +224,8 @@ class RemoteLock:
     ) -> None:
         # On the runtime's own executor, never the loop's default one: a release must not queue
         # behind an application's to_thread work (nor stall the loop while a renewal holds the lease).
+        from lockclient.runtime.aio import AsyncioRuntime
+
         held = await AsyncioRuntime.current().run_blocking(self.release)
         if not held and exc_type is None:
             raise LockLost(f"the lock was lost while held: {self.lost_reason}", lock_id=self.lock_id)
@@ -411,6 +417,10 @@ class RemoteLocker:
     async def _aacquire(
         self, lock_id: str, timeout: float | None, max_hold: float | None, *, blocking: bool
     ) -> RemoteLock | None:
+        import asyncio
+
+        from lockclient.runtime.aio import AsyncioRuntime, run_in_greenlet
+
         runtime = AsyncioRuntime.current()
         cancel = runtime.event()
         abandoned = False
@@ -534,7 +544,10 @@ class RemoteLocker:
         counts = OpCounts()
         store: CellStore = self.store
         wakeups: Wakeups | None = None
-        if isinstance(runtime, AsyncioRuntime):
+        if runtime is not None and runtime.name == "asyncio":
+            from lockclient.runtime.aio import AioWakeups, AsyncioRuntime, BlockingStore
+
+            assert isinstance(runtime, AsyncioRuntime)
             store = BlockingStore(store, runtime)
             wakeups = AioWakeups(self._services.wakeups, runtime)
         attempt = Acquisition(

@@ -39,13 +39,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 from urllib.parse import quote
 
-import httpx
-
+from lockclient import httpclient
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Event, Runtime
+
+if TYPE_CHECKING:
+    import httpx  # imported when a LeasewatchWaker is built (lockclient.httpclient)
 
 __all__ = [
     "LOCAL_WAKEUPS",
@@ -378,7 +380,8 @@ class LeasewatchWaker:
         self._unawaited: dict[str, float] = {}
         """Lock id -> until when notices for it are not sent (leasewatch said nobody long-polls)."""
         self.notices_skipped = 0
-        self._client = httpx.Client(timeout=timeout)  # per call: timeout + the long poll
+        self._client = httpclient.client([self.url], timeout=timeout)  # per call: timeout + the long poll
+        self._errors = httpclient.http_errors()
         self._failures = 0
         self._skip_until = 0.0
         self._lock = threading.Lock()
@@ -416,10 +419,10 @@ class LeasewatchWaker:
             response = self._client.get(
                 f"{self.url}/wait/{quote(lock_id, safe='')}",
                 params={"timeout": f"{max(timeout, 0.001):.3f}", watch.kind: watch.value},
-                timeout=httpx.Timeout(self._timeout + timeout),
+                timeout=self._timeout + timeout,
             )
             response.raise_for_status()
-        except httpx.HTTPError as exc:
+        except self._errors as exc:
             self._failed(exc, "wait")
             return False
         with self._lock:
@@ -470,7 +473,7 @@ class LeasewatchWaker:
                 f"{self.url}/notify/{quote(lock_id, safe='')}", params=params, timeout=self._timeout
             )
             response.raise_for_status()
-        except httpx.HTTPError as exc:
+        except self._errors as exc:
             self._failed(exc, "notify")
             return
         awaited = _says_awaited(response)
