@@ -1,4 +1,4 @@
-"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues|asyncio] [--quick] [--k K] ...``.
+"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues|asyncio|startup] [--quick] [--k K] ...``.
 
 See bench/README.md.
 """
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale", "queues", "asyncio"],
+        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale", "queues", "asyncio", "startup"],
         help="which benchmark (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite ~3 minutes)")
@@ -47,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="largest number of live lock ids in the scale benchmark (default 100,000; with all or --quick 10,000)",
+    )
+    parser.add_argument(
+        "--against",
+        default=None,
+        metavar="REF",
+        help="startup benchmark: also build this git ref's wheel and time it in the same rounds",
     )
     parser.add_argument("--only-n", type=int, default=None, help="scale benchmark: only the points with this N")
     args = parser.parse_args(argv)
@@ -91,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import aio
 
         aio.run(quick=args.quick)
+    if args.which in ("all", "startup"):
+        from bench import startup
+
+        startup.run(quick=args.quick, against=args.against)
     print(f"[bench] done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 
