@@ -4,8 +4,9 @@ Measured as an application gets them: the wheel is built from the source tree an
 fresh virtualenvs — the base install (``pip install chronolock``) for the import, ``[cli]`` for
 lockctl — so neither the development install's editable finder nor the dev tools are on the path.
 Each round runs, in turn, ``python -c pass`` (the interpreter alone), ``python -c "import
-lockclient"``, ``lockctl run bench -- true`` on a fresh embedded store and, for reference,
-``flock FILE true``; the figures are medians (and p90) over the rounds, as wall time of the whole
+lockclient"``, ``lockctl run bench -- true`` on a fresh embedded store, ``import pydantic_settings`` and
+``import typer`` alone (lockctl's two largest dependencies: where its time goes) and, for
+reference, ``flock FILE true``; the figures are medians (and p90) over the rounds, as wall time of the whole
 process. The store's own share of ``lockctl run`` — opening it, global time, one acquisition and
 its release — is measured in this process (``RemoteLocker.from_env()`` … ``close()``), so that
 the target reads: lockctl ≤ python + 150 ms + the store's work.
@@ -128,6 +129,10 @@ def run(*, quick: bool = False, against: str | None = None) -> None:
                 sample(f"python -c pass ({label})", [str(base / "python"), "-c", "pass"])
                 sample(f"import lockclient ({label})", [str(base / "python"), "-c", "import lockclient"])
                 sample(f"lockctl run -- true ({label})", [str(cli / "lockctl"), "run", "bench", "--", "true"])
+            # Where lockctl's time goes (this tree's [cli] venv): its two largest dependencies alone.
+            cli = bins["this tree"][1]
+            for module in ("pydantic_settings", "typer"):
+                sample(f"import {module} (this tree's [cli] venv)", [str(cli / "python"), "-c", f"import {module}"])
             if flock:
                 sample("flock FILE true", [flock, str(work / "flock"), "true"])
         store_ms = _store_work_ms(env["CHRONOLOCK_STORE_URL"], rounds)
