@@ -38,10 +38,20 @@ endef
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# What each target needs: `make up` the stack (lockctl and the two services on SQLite), `make test`
+# (and lint, bench) everything, the Cassandra driver and the dev tools included. The library's
+# own base install (`pip install chronolock`) is proven by tests/test_packaging.py.
+UP_STAMP := $(VENV)/.installed-up
+
+$(UP_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[cli,server]'
+	touch $@
+
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[server,cassandra,dev]'
-	touch $@
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[cli,server,cassandra,dev]'
+	touch $@ $(UP_STAMP)
 
 install: $(STAMP)
 
@@ -62,7 +72,7 @@ lint: install
 test: install system-deps lint
 	$(PY) -m pytest
 
-up: install
+up: $(UP_STAMP)
 	$(PY) scripts/up.py
 
 bench: install bench-deps

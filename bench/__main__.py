@@ -1,5 +1,5 @@
-"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues|clockfaults] [--quick] [--k K] [--only PEERS]
-[--max-n N] [--seconds S] [--parallel N]``.
+"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues|clockfaults|asyncio|startup] [--quick]
+[--k K] [--only PEERS] [--max-n N] [--seconds S] [--parallel N] ...``.
 
 See bench/README.md.
 """
@@ -24,7 +24,19 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale", "queues", "clockfaults"],
+        choices=[
+            "all",
+            "now",
+            "locks",
+            "leasewatch",
+            "peers",
+            "ring",
+            "scale",
+            "queues",
+            "clockfaults",
+            "asyncio",
+            "startup",
+        ],
         help="which benchmark (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite ~3 minutes)")
@@ -48,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="largest number of live lock ids in the scale benchmark (default 100,000; with all or --quick 10,000)",
+    )
+    parser.add_argument(
+        "--against",
+        default=None,
+        metavar="REF",
+        help="startup benchmark: also build this git ref's wheel and time it in the same rounds",
     )
     parser.add_argument("--only-n", type=int, default=None, help="scale benchmark: only the points with this N")
     parser.add_argument(
@@ -104,6 +122,14 @@ def main(argv: list[str] | None = None) -> int:
 
         default = 30.0 if args.quick else 60.0 if args.which == "all" else 600.0
         clockfaults.run(seconds=args.seconds or default, parallel=max(1, args.parallel))
+    if args.which in ("all", "asyncio"):
+        from bench import aio
+
+        aio.run(quick=args.quick)
+    if args.which in ("all", "startup"):
+        from bench import startup
+
+        startup.run(quick=args.quick, against=args.against)
     print(f"[bench] done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 

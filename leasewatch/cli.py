@@ -8,11 +8,13 @@ import typer
 from rich.markup import escape
 
 from leasewatch.settings import LeasewatchSettings
+from lockclient.clihelp import flags_without_a_type
 from lockclient.entrypoint import guarded_main
 from lockclient.logs import configure_logging
 from lockclient.settings import settings_help, settings_report
 from lockclient.version import version_option
 
+flags_without_a_type()
 app = typer.Typer(
     help="chronolock leasewatch: revokes dead lock holders and waiters.",
     no_args_is_help=True,

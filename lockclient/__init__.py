@@ -19,6 +19,7 @@ from lockclient.errors import (
     LockError,
     LockLost,
     LockNotOwned,
+    LockReentered,
     LockTimeout,
     StoreAccessDenied,
     StoreError,
@@ -29,6 +30,7 @@ from lockclient.errors import (
 )
 from lockclient.fencing import FencedResource, StaleFencingToken
 from lockclient.locker import LockStatus, QueueEntry, RemoteLock, RemoteLocker
+from lockclient.shutdown import exit_on_sigterm
 from lockclient.store import CellStore, open_store
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "LockError",
     "LockLost",
     "LockNotOwned",
+    "LockReentered",
     "LockStatus",
     "LockTimeout",
     "QueueEntry",
@@ -58,5 +61,6 @@ __all__ = [
     "StoreUnavailable",
     "TimeServiceClock",
     "TimeServiceUnavailable",
+    "exit_on_sigterm",
     "open_store",
 ]

@@ -43,7 +43,8 @@ Exit status of ``lockctl run``:
  70   the lock was lost, or was about to run out, while CMD (or a process it left
       in its group) ran; they were terminated (SIGTERM, then SIGKILL after
       ``--kill-grace`` or just before the lease would run out, whichever is first)
- 75   the lock is busy (``--try``) or ``--timeout`` ran out (EX_TEMPFAIL)
+ 75   the lock is busy (``--try``) or ``--timeout`` ran out (EX_TEMPFAIL); ``-E CODE``
+      (``--conflict-exit-code``) makes it CODE, like ``flock -E``
  78   bad ``CHRONOLOCK_*`` settings, a misspelt (unknown) ``CHRONOLOCK_*``, ``TIMESVC_*`` or
       ``LEASEWATCH_*`` variable, no ``CHRONOLOCK_STORE_URL``, an SQLite store whose directory
       does not exist or that cannot be written, or the store refused the credentials or its
@@ -65,6 +66,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,8 +80,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
-from rich.markup import escape
 
+from lockclient import metrics
+from lockclient.clihelp import flags_without_a_type
 from lockclient.entrypoint import describe_validation_error, guarded_main
 from lockclient.errors import (
     ClockError,
@@ -135,9 +138,18 @@ EXIT_NOT_FOUND = 127
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-# Escaped: typer renders help as rich markup, which would eat the "[default: ...]" of each line.
-_EPILOG = escape(settings_help(ClientSettings)).replace("\n", "\n\n")
 
+def _escape_markup(text: str) -> str:
+    """``rich.markup.escape`` (the same expression): importing rich.markup for it cost ~10 ms of
+    every lockctl start, and help is the only place that needs it."""
+    escaped = re.sub(r"(\\*)(\[[a-z#/@][^[]*?])", lambda m: f"{m[1]}{m[1]}\\{m[2]}", text)
+    return escaped + "\\" if escaped.endswith("\\") and not escaped.endswith("\\\\") else escaped
+
+
+# Escaped: typer renders help as rich markup, which would eat the "[default: ...]" of each line.
+_EPILOG = _escape_markup(settings_help(ClientSettings)).replace("\n", "\n\n")
+
+flags_without_a_type()  # `--try`, not `--try <bool>`, in --help
 app = typer.Typer(
     help="chronolock lockctl: run a command under a fair distributed lock, inspect locks, create the schema, "
     "show the settings.",
@@ -276,6 +288,17 @@ def run(
         bool,
         typer.Option("--try", "-n", help="Do not wait: exit 75 at once if the lock is held or has waiters."),
     ] = False,
+    conflict_exit_code: Annotated[
+        int,
+        typer.Option(
+            "--conflict-exit-code",
+            "-E",
+            min=0,
+            max=255,
+            metavar="CODE",
+            help="Exit status when the lock is busy (--try) or --timeout runs out, like flock -E.",
+        ),
+    ] = EXIT_BUSY,
     lease: Annotated[
         float | None,
         typer.Option("--lease", help="Lease length in seconds (default: CHRONOLOCK_LEASE)."),
@@ -315,7 +338,7 @@ def run(
     by the fencing token, and processes that leave the group (setsid, daemons) are not covered.
 
     Exit status: COMMAND's own (128+N if killed by signal N);
-    75 lock busy (--try) or --timeout ran out;
+    75 (or -E CODE) lock busy (--try) or --timeout ran out;
     70 lock lost or lease running out while COMMAND ran (COMMAND was terminated);
     69 store unavailable; 2 bad usage (also --kill-grace too long for the lease); 78 bad or unknown CHRONOLOCK_*
     settings, no CHRONOLOCK_STORE_URL, or a store that cannot be written;
@@ -323,6 +346,7 @@ def run(
     128+N lockctl received signal N (forwarded to COMMAND's process group, lock released).
     """
     _setup_logging(verbose, log_format)
+    metrics.record_nothing()  # lockctl exposes no /metrics: never import prometheus_client
     with _clear_errors():
         # First: a misspelt CHRONOLOCK_* variable or a missing store URL stops lockctl (exit 78)
         # before it takes a lock in a store nobody else uses.
@@ -374,6 +398,8 @@ def run(
                 try_=try_,
                 kill_grace=kill_grace,
                 pass_secrets=pass_secrets,
+                conflict_exit_code=conflict_exit_code,
+                verbose=verbose > 0,
             )
         finally:
             locker.close()
@@ -390,21 +416,36 @@ def _run_locked(
     try_: bool,
     kill_grace: float,
     pass_secrets: bool = False,
+    conflict_exit_code: int = EXIT_BUSY,
+    verbose: bool = False,
 ) -> int:
     lock: RemoteLock | None
+    started = time.monotonic()
+    progress = _Progress(locker, name) if verbose and not try_ else None
     with _clear_errors():
         try:
             if try_:
                 lock = locker.try_get_lock(name)
                 if lock is None:
-                    _fail(EXIT_BUSY, f"lock {name!r} is busy (held or awaited); not waiting (--try)")
+                    _fail(conflict_exit_code, f"lock {name!r} is busy (held or awaited); not waiting (--try)")
             else:
-                lock = locker.get_lock(name, timeout, cancel=trap.event)
+                if progress is not None:
+                    progress.start()
+                try:
+                    lock = locker.get_lock(name, timeout, cancel=trap.event)
+                finally:
+                    if progress is not None:
+                        progress.stop()
         except LockTimeout:
-            _fail(EXIT_BUSY, f"timed out after {timeout:g} s waiting for lock {name!r}")
+            _fail(conflict_exit_code, f"timed out after {timeout:g} s waiting for lock {name!r}")
         except LockCancelled:
             sig = trap.first or signal.SIGTERM
             _fail(128 + sig, f"{_signal_name(sig)} while waiting for lock {name!r}; nothing was run")
+    if verbose:
+        _say(
+            f"lock {name!r}: acquired after {time.monotonic() - started:.2f} s, fencing token "
+            f"{lock.fencing_token}; running {command[0]}"
+        )
     try:
         if trap.first is not None:  # a signal arrived just as we acquired
             _say(f"{_signal_name(trap.first)} received; the command was not started")
@@ -412,11 +453,72 @@ def _run_locked(
         return _supervise(lock, command, trap, kill_grace, pass_secrets=pass_secrets)
     finally:
         lock.release()  # never raises for the store: a release it could not finish goes on in the background
+        if verbose:
+            _say(f"lock {name!r}: released")
         if lock.cleanup_pending:
             _say(
                 f"warning: the store did not answer the release of lock {name!r}; retrying for a few seconds "
                 "before exiting (if that fails too, leasewatch clears it after the lease)"
             )
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def queue_position(status: LockStatus, owner_prefix: str) -> str | None:
+    """Where the acquisition whose owner starts with ``owner_prefix`` stands, in words —
+    ``waiting behind vm.12.MainThread.a1b2 (the holder), 1st in line`` — or None if its queue
+    cell is not there (not queued yet, or granted)."""
+    queue = status.queue
+    mine = next((i for i, entry in enumerate(queue) if entry.owner.startswith(owner_prefix)), None)
+    if mine is None or queue[mine].owner in status.holders:
+        return None
+    waiters_ahead = sum(1 for entry in queue[:mine] if entry.owner not in status.holders)
+    place = f"{_ordinal(waiters_ahead + 1)} in line"
+    if mine == 0:
+        return f"{place}; nobody holds the lock (taking it)"
+    ahead = queue[mine - 1].owner
+    return f"waiting behind {ahead}{' (the holder)' if ahead in status.holders else ''}, {place}"
+
+
+class _Progress:
+    """``lockctl run -v``: where this run stands in the lock's queue, in words, each time it changes
+    (read with :meth:`RemoteLocker.status` once a second on a thread of its own; the acquisition
+    itself is lockctl's only one, in its main thread, so its owner starts with ``host.pid.``)."""
+
+    INTERVAL = 1.0
+
+    def __init__(self, locker: RemoteLocker, name: str) -> None:
+        from lockclient.runtime.threads import host_name
+
+        self._locker = locker
+        self._name = name
+        self._prefix = f"{host_name()}.{os.getpid()}."
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lockctl-progress", daemon=True)
+        self._last: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        # The first look after a moment: an uncontended acquisition is over by then, and says nothing.
+        wait = 0.2
+        while not self._stop.wait(wait):
+            wait = self.INTERVAL
+            try:
+                where = queue_position(self._locker.status(self._name), self._prefix)
+            except Exception:  # noqa: S112 - a progress line is never worth failing the run for
+                continue
+            if where is not None and where != self._last and not self._stop.is_set():
+                self._last = where
+                _say(f"lock {self._name!r}: {where}")
 
 
 def child_environment(environ: dict[str, str], *, pass_secrets: bool = False) -> dict[str, str]:
@@ -588,6 +690,7 @@ def status(
 ) -> None:
     """Show a lock's holder(s), fencing token, queue in order and lease records."""
     _setup_logging(verbose, log_format)
+    metrics.record_nothing()
     from lockclient.locker import RemoteLocker
 
     with _clear_errors():

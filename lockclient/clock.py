@@ -38,16 +38,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
-import httpx
-
+from lockclient import httpclient
 from lockclient.errors import ChronolockError, ClockError, ConfigurationError, StoreError, TimeServiceUnavailable
 from lockclient.globaltime import RATE_BOUND, GlobalTimeUpdater
 from lockclient.lockid import TICKET_DIGITS
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Runtime
 from lockclient.store import CellStore
+
+if TYPE_CHECKING:
+    import httpx  # imported when a timesvc client is built (lockclient.httpclient)
 
 __all__ = [
     "AsyncTimeServiceClock",
@@ -334,6 +336,8 @@ class _Replicas:
         self._reference: _Answer | None = None
         self.rejected = 0
         """Answers rejected as implausible since this clock was made."""
+        self.errors: tuple[type[Exception], ...] = (*httpclient.http_errors(), TimeServiceUnavailable)
+        """What makes a request fail over to the next replica."""
 
     def order(self) -> list[tuple[int, str]]:
         """The replica that answered last first, then the others in turn."""
@@ -382,9 +386,6 @@ class _Replicas:
         return TimeServiceUnavailable("no timesvc replica answered plausibly: " + "; ".join(errors))
 
 
-_FAILOVER_ERRORS = (httpx.HTTPError, TimeServiceUnavailable)
-
-
 class TimeServiceClock:
     """Global time from one or more timesvc replicas, with fail-over and extrapolation.
 
@@ -409,7 +410,9 @@ class TimeServiceClock:
     ):
         self._replicas = _Replicas(urls, timeout, max_skew, monotonic_ns or runtime.monotonic_ns)
         self.urls = self._replicas.urls
-        self._client = httpx.Client(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
+        self._client = httpclient.client(
+            self.urls, timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"}
+        )
         self._extrapolator = Extrapolator(
             self.fetch_us, max_age=max_age, refresh_after=refresh_after, runtime=runtime, monotonic_ns=monotonic_ns
         )
@@ -427,7 +430,7 @@ class TimeServiceClock:
             sent = replicas.monotonic_ns()
             try:
                 value = _parse_now(self._client.get(f"{url}/now"), url)
-            except _FAILOVER_ERRORS as exc:
+            except self._replicas.errors as exc:
                 errors.append(f"{url}: {exc or type(exc).__name__}")
                 continue
             answer = _Answer(value, sent, replicas.monotonic_ns())
@@ -474,7 +477,9 @@ class AsyncTimeServiceClock:
     ):
         self._replicas = _Replicas(urls, timeout, max_skew, monotonic_ns)
         self.urls = self._replicas.urls
-        self._client = httpx.AsyncClient(timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"})
+        self._client = httpclient.async_client(
+            self.urls, timeout=timeout, transport=transport, headers={"Cache-Control": "no-store"}
+        )
 
     async def anow_us(self) -> int:
         replicas = self._replicas
@@ -485,7 +490,7 @@ class AsyncTimeServiceClock:
             sent = replicas.monotonic_ns()
             try:
                 value = _parse_now(await self._client.get(f"{url}/now"), url)
-            except _FAILOVER_ERRORS as exc:
+            except self._replicas.errors as exc:
                 errors.append(f"{url}: {exc or type(exc).__name__}")
                 continue
             answer = _Answer(value, sent, replicas.monotonic_ns())

@@ -19,6 +19,7 @@ Every error the library or a service raises on purpose derives from
           ├── InvalidLockId          rejected before touching the store
           ├── LockTimeout            ``get_lock(timeout=...)`` ran out
           ├── LockCancelled          a pending ``get_lock`` was cancelled
+          ├── LockReentered          ``get_lock`` of a lock the same thread or task already holds
           └── LockNotOwned           the caller does not own the lock (revoked, expired, released)
                └── LockLost          the lease was revoked or could not be renewed in time
 """
@@ -34,6 +35,7 @@ __all__ = [
     "LockError",
     "LockLost",
     "LockNotOwned",
+    "LockReentered",
     "LockTimeout",
     "StoreAccessDenied",
     "StoreError",
@@ -115,6 +117,13 @@ class LockTimeout(LockError, TimeoutError):
 
 class LockCancelled(LockError):
     """A pending ``get_lock`` was cancelled."""
+
+
+class LockReentered(LockError):
+    """The thread or asyncio task asking for a lock already holds it (acquired through the same
+    :class:`~lockclient.RemoteLocker`, not released yet): waiting would wait for itself — until
+    the timeout, or forever. Raised at once, before touching the store. Locks are not re-entrant:
+    pass the held lock down instead of taking it again."""
 
 
 class LockNotOwned(LockError):

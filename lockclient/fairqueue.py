@@ -539,8 +539,13 @@ class _Waiting:
         elif local and self.listener is not None:
             # Bound since our last look, and what we watch wakes us when it goes: polling is only
             # a safety net now. (The first wait after binding stays short: a release between our
-            # look and the bind sent its datagram to nobody, and the next look catches it.)
-            backoff = max(backoff, self.s.poll_max)
+            # look and the bind sent its datagram to nobody, and the next look catches it.) What
+            # sends no datagram — a crashed owner, revoked after lease + grace anyway, or one that
+            # cannot reach us — costs at most LONG_POLL_S, as a missed leasewatch answer does:
+            # polling every poll_max here was 4,000 store reads a second for 1,000 waiters of one
+            # process, which starved their own hand-overs and the event loop (issue 25). Jittered,
+            # so that waiters that queued together do not all look together, every time.
+            backoff = max(backoff, self.s.poll_max, LONG_POLL_S * self.s.runtime.uniform(0.5, 1.0))
         remaining = attempt.remaining()
         waker = self.s.waker
         patient = self.s.monotonic() - self.watching_since > LOCAL_PATIENCE_S

@@ -25,20 +25,20 @@ What a held lock promises (DESIGN.md §5, §7; the README states the bounds):
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from lockclient import metrics
+from lockclient import metrics, shutdown
 from lockclient.algorithm import Acquisition, Algorithm, Services, Timestamps
 from lockclient.backoff import Backoff
 from lockclient.clock import GlobalClock, StoreClock, TimeServiceClock
-from lockclient.errors import LockCancelled, LockLost, LockNotOwned, LockTimeout, StoreError
+from lockclient.errors import LockCancelled, LockLost, LockNotOwned, LockReentered, LockTimeout, StoreError
 from lockclient.fairqueue import FairQueue
 from lockclient.keeper import Keeper
 from lockclient.lease import (
@@ -53,11 +53,16 @@ from lockclient.lease import (
 from lockclient.lockid import INDEX_SHARDS, index_shard, ticket_time, validate_lock_id
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Event, Runtime
-from lockclient.runtime.aio import AioWakeups, AsyncioRuntime, BlockingStore, run_in_greenlet
 from lockclient.store import CellStore, Table
 from lockclient.store.counting import CountingStore, OpCounts
 from lockclient.wake import LOCAL_WAKEUPS, QUIET_HOLD_S, InProcessSignals, Waker, Wakeups, Watch
 from lockclient.watermark import Watermarks
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio and the asyncio runtime (greenlet) are imported by the async methods that use them:
+# an application that never awaits a lock does not pay for them at import (issue 25: import time).
 
 __all__ = [
     "INDEX_SHARDS",
@@ -74,6 +79,10 @@ log = get_logger("lockclient")
 
 RELEASE_RETRY_FOR = 3.0
 """A release that could not finish keeps trying for this many leases (renewing meanwhile)."""
+
+TIMEOUT_GRACE_S = 0.05
+"""``aget_lock`` raises LockTimeout this long after its deadline at the latest, whatever the store
+does; an acquisition still busy then (its last look, withdrawing its cell) finishes in the background."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +197,8 @@ class RemoteLock:
         False and retries a pending cleanup once, at once."""
         with self._release_lock:
             again, self.released = self.released, True
+        if not again:
+            self._locker._forget(self)
         if again:
             if not self._cleanup_done.is_set():
                 self._locker._finish_release(self, background=False)
@@ -216,6 +227,8 @@ class RemoteLock:
     ) -> None:
         # On the runtime's own executor, never the loop's default one: a release must not queue
         # behind an application's to_thread work (nor stall the loop while a renewal holds the lease).
+        from lockclient.runtime.aio import AsyncioRuntime
+
         held = await AsyncioRuntime.current().run_blocking(self.release)
         if not held and exc_type is None:
             raise LockLost(f"the lock was lost while held: {self.lost_reason}", lock_id=self.lock_id)
@@ -223,6 +236,24 @@ class RemoteLock:
     def __repr__(self) -> str:
         state = "released" if self.released else ("lost" if self._lease.lost.is_set() else "held")
         return f"<RemoteLock {self.lock_id!r} owner={self.owner} token={self.fencing_token} {state}>"
+
+
+def _caller() -> object:
+    """Who is asking, for re-entry: the running asyncio task, else the current greenlet (the
+    simulator runs its tasks as greenlets of one thread), else the thread. A module that is not
+    imported cannot be in use, so nothing is imported here."""
+    aio = sys.modules.get("asyncio")
+    if aio is not None:
+        try:
+            task = aio.current_task()
+        except RuntimeError:  # no event loop runs in this thread
+            task = None
+        if task is not None:
+            return task
+    greenlets = sys.modules.get("greenlet")
+    if greenlets is not None:
+        return greenlets.getcurrent()
+    return threading.current_thread()
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -260,7 +291,11 @@ class RemoteLocker:
         clock_max_age: float = 1.0,
         runtime: Runtime = THREADS,
         wakeups: Wakeups = LOCAL_WAKEUPS,
+        release_at_exit: bool = True,
     ) -> None:
+        """``release_at_exit``: release this locker's unreleased locks when the interpreter exits
+        normally, instead of leaving them to leasewatch (:mod:`lockclient.shutdown`; SIGTERM needs
+        :func:`lockclient.exit_on_sigterm`)."""
         if not (lease > 0 and math.isfinite(lease)):
             raise ValueError(f"lease must be a positive number of seconds, got {lease}")
         if not 0 < poll_min <= poll_max:
@@ -308,6 +343,13 @@ class RemoteLocker:
             else Backoff(self._services, owner_wait=backoff_owner_wait, step=backoff_step)
         )
         self._closed = False
+        # Locks acquired and not released yet, and by whom (a thread, a task): to refuse re-entry
+        # (LockReentered) and to release them at interpreter exit (lockclient.shutdown).
+        self._holding: dict[RemoteLock, tuple[str, object]] = {}
+        self._held_by: dict[tuple[str, object], int] = {}
+        self._holding_lock = threading.Lock()
+        if release_at_exit:
+            shutdown.release_at_exit(self)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> RemoteLocker:
@@ -363,9 +405,11 @@ class RemoteLocker:
         validate_lock_id(lock_id)
         _check_timeout(timeout)
         self._check_open()
+        who = self._refuse_reentry(lock_id)
         deadline = None if timeout is None else self.runtime.monotonic() + timeout
         lock = self._acquire(lock_id, deadline, cancel, max_hold, blocking=True)
         assert lock is not None
+        self._note_held(lock, who)
         return lock
 
     def try_get_lock(self, lock_id: str, *, max_hold: float | None = None) -> RemoteLock | None:
@@ -375,7 +419,8 @@ class RemoteLocker:
         """
         validate_lock_id(lock_id)
         self._check_open()
-        return self._acquire(lock_id, None, None, max_hold, blocking=False)
+        # Never waits, so re-entry cannot wait for itself: the holder's own try finds it busy (None).
+        return self._note_held(self._acquire(lock_id, None, None, max_hold, blocking=False), (lock_id, _caller()))
 
     async def aget_lock(
         self,
@@ -388,23 +433,32 @@ class RemoteLocker:
         thread per waiter. Cancelling the awaiting task cancels the acquisition and cleans up —
         however many times it is cancelled, and even if the lock was granted just then (an
         acquisition nobody awaits any more is released). Ownership is the returned object, never
-        the thread or the task."""
+        the thread or the task. :class:`LockTimeout` comes at most ``TIMEOUT_GRACE_S`` after the
+        deadline whatever the store does; what the acquisition still had to do by then (withdraw
+        its queue cell) finishes in the background."""
         validate_lock_id(lock_id)
         _check_timeout(timeout)
         self._check_open()
+        who = self._refuse_reentry(lock_id)
         lock = await self._aacquire(lock_id, timeout, max_hold, blocking=True)
         assert lock is not None
+        self._note_held(lock, who)
         return lock
 
     async def atry_get_lock(self, lock_id: str, *, max_hold: float | None = None) -> RemoteLock | None:
         """asyncio twin of :meth:`try_get_lock`."""
         validate_lock_id(lock_id)
         self._check_open()
-        return await self._aacquire(lock_id, None, max_hold, blocking=False)
+        who = (lock_id, _caller())  # no re-entry check: see try_get_lock
+        return self._note_held(await self._aacquire(lock_id, None, max_hold, blocking=False), who)
 
     async def _aacquire(
         self, lock_id: str, timeout: float | None, max_hold: float | None, *, blocking: bool
     ) -> RemoteLock | None:
+        import asyncio
+
+        from lockclient.runtime.aio import AsyncioRuntime, run_in_greenlet
+
         runtime = AsyncioRuntime.current()
         cancel = runtime.event()
         abandoned = False
@@ -420,12 +474,35 @@ class RemoteLocker:
                     # Granted, but the caller is gone: nobody else will ever release it.
                     runtime.executor.submit(lock.release)
 
+        async def acquisition() -> RemoteLock | None:
+            try:
+                return await run_in_greenlet(acquire, on_cancel=cancel.set)
+            except (LockCancelled, LockTimeout):
+                if abandoned:
+                    return None  # its clean-up is done, and nobody awaits the outcome any more
+                raise
+
         # The acquisition runs as a task of its own, shielded from the caller's cancellation: it
         # learns of it through `cancel`, and cleans up (withdraws its queue cell) by itself.
-        task = asyncio.ensure_future(run_in_greenlet(acquire, on_cancel=cancel.set))
+        task = asyncio.ensure_future(acquisition())
         task.add_done_callback(release_if_abandoned)
         try:
-            return await asyncio.shield(task)
+            if deadline is None:
+                return await asyncio.shield(task)
+            # The acquisition honours its deadline by itself, but what it does after it — a last
+            # look, withdrawing its queue cell — is store calls, which can queue behind other
+            # work (a thousand waiters timing out at once, the renewals of their leases): 0.4 s
+            # late in issue 25. So the caller gets its LockTimeout TIMEOUT_GRACE_S after the
+            # deadline at the latest; the acquisition is then told to stop, finishes its
+            # clean-up in the background, and a grant that lands after all is released.
+            await asyncio.wait([task], timeout=max(0.0, deadline - runtime.monotonic()) + TIMEOUT_GRACE_S)
+            if task.done():
+                return task.result()
+            cancel.set()
+            abandoned = True
+            raise LockTimeout(
+                "timed out waiting for the lock (its clean-up finishes in the background)", lock_id=lock_id
+            )
         except asyncio.CancelledError:
             # No await may stand between here and `abandoned = True`: a second cancellation
             # landing on it would leave a granted lock renewed forever.
@@ -479,11 +556,66 @@ class RemoteLocker:
         if self._owns_store:
             self.store.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def release_held(self, *, reason: str = "asked") -> int:
+        """Release every lock this locker acquired and nobody released yet; how many there were.
+        What :mod:`lockclient.shutdown` calls at interpreter exit."""
+        with self._holding_lock:
+            held = list(self._holding)
+        for lock in held:
+            log.info("released_unreleased_lock", lock_id=lock.lock_id, owner=lock.owner, reason=reason)
+            lock.release()
+        return len(held)
+
     def __enter__(self) -> RemoteLocker:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- re-entry ------------------------------------------------------------------------------
+
+    def _refuse_reentry(self, lock_id: str) -> tuple[str, object]:
+        """Raise LockReentered if the caller already holds ``lock_id`` through this locker.
+
+        "The caller" is the thread, or the asyncio task (:func:`_caller`): the flow of control
+        that would wait for itself — until the timeout, or forever. Other threads and tasks of
+        the process may well wait for the lock through the same locker (even tasks the holder
+        started): that is contention, and FIFO serves them. Not caught: the holder waiting for
+        the lock in another task or thread it awaits (``asyncio.wait_for`` on Python 3.11 runs
+        its awaitable as a task of its own, ``asyncio.to_thread``)."""
+        who = (lock_id, _caller())
+        with self._holding_lock:
+            if self._held_by.get(who):
+                raise LockReentered(
+                    "this thread or task already holds this lock (acquired through this RemoteLocker, not "
+                    "released): waiting for it would wait for itself. Locks are not re-entrant; pass the "
+                    "held lock down instead of taking it again",
+                    lock_id=lock_id,
+                )
+        return who
+
+    def _note_held(self, lock: RemoteLock | None, who: tuple[str, object]) -> RemoteLock | None:
+        if lock is not None:
+            with self._holding_lock:
+                if not lock.released:
+                    self._holding[lock] = who
+                    self._held_by[who] = self._held_by.get(who, 0) + 1
+        return lock
+
+    def _forget(self, lock: RemoteLock) -> None:
+        """``lock`` is being released: not held by its caller any more, nor to release at exit."""
+        with self._holding_lock:
+            who = self._holding.pop(lock, None)
+            if who is not None:
+                left = self._held_by[who] - 1
+                if left:
+                    self._held_by[who] = left
+                else:
+                    del self._held_by[who]
 
     # -- acquisition and release ------------------------------------------------------------
 
@@ -505,7 +637,10 @@ class RemoteLocker:
         counts = OpCounts()
         store: CellStore = self.store
         wakeups: Wakeups | None = None
-        if isinstance(runtime, AsyncioRuntime):
+        if runtime is not None and runtime.name == "asyncio":
+            from lockclient.runtime.aio import AioWakeups, AsyncioRuntime, BlockingStore
+
+            assert isinstance(runtime, AsyncioRuntime)
             store = BlockingStore(store, runtime)
             wakeups = AioWakeups(self._services.wakeups, runtime)
         attempt = Acquisition(

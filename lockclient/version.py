@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import platform
 from importlib import metadata
+from typing import TYPE_CHECKING
 
-import typer
-from prometheus_client import CollectorRegistry, Info
+if TYPE_CHECKING:  # the services' and the CLI's: imported where used, not by the library's base install
+    import typer
+    from prometheus_client import CollectorRegistry, Info
 
 __all__ = ["DISTRIBUTION", "__version__", "build_info", "version_option"]
 
@@ -36,6 +38,8 @@ def build_info(registry: CollectorRegistry, component: str) -> Info:
     The usual Prometheus idiom for "which build runs where": a constant 1 whose labels carry
     the facts, so a query can join on it (``… * on(instance) group_left(version)
     chronolock_build_info``) and a dashboard can show versions side by side during a rollout."""
+    from prometheus_client import Info
+
     info = Info("chronolock_build", "version of the running chronolock component", registry=registry)
     info.info({"component": component, "version": __version__, "python": platform.python_version()})
     return info
@@ -45,6 +49,7 @@ def version_option(program: str) -> typer.models.OptionInfo:
     """A ``--version`` option (for ``Annotated[bool, ...]``) of a typer app's callback.
 
     It prints ``<program> <version>`` and exits 0 before any command runs."""
+    import typer
 
     def show(value: bool) -> None:
         if value:

@@ -39,13 +39,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 from urllib.parse import quote
 
-import httpx
-
+from lockclient import httpclient
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Event, Runtime
+
+if TYPE_CHECKING:
+    import httpx  # imported when a LeasewatchWaker is built (lockclient.httpclient)
 
 __all__ = [
     "LOCAL_WAKEUPS",
@@ -260,6 +262,19 @@ class LocalListener:
                 got = True
         return got
 
+    def for_event_loop(self) -> None:
+        """Make the socket non-blocking for good, for :meth:`consume_one` (an event loop's reader)."""
+        self._sock.setblocking(False)
+
+    def consume_one(self) -> bool:
+        """Read one wake-up if one is there, in one system call (after :meth:`for_event_loop`);
+        a level-triggered reader is called again while more are queued."""
+        try:
+            self._sock.recv(16)
+        except OSError:  # BlockingIOError: none there
+            return False
+        return True
+
     def wake(self) -> None:
         """Wake this listener (from another thread: a background long-poll that answered)."""
         LocalWakeups.send(self.name)
@@ -303,17 +318,33 @@ class LocalWakeups:
             return TAKEN if exc.errno == errno.EADDRINUSE else None
         return LocalListener(sock, name, watch)
 
+    _sender: socket.socket | None = None
+    _sender_lock = threading.Lock()
+
+    @staticmethod
+    def _sending_socket() -> socket.socket:
+        # One unbound, non-blocking socket per process, shared by every thread (a datagram send is
+        # atomic): a socket, a flag change and a close per wake-up were three more system calls on
+        # every release and withdrawal — each one a GIL hand-over an event loop pays for.
+        sender = LocalWakeups._sender
+        if sender is None:
+            with LocalWakeups._sender_lock:
+                sender = LocalWakeups._sender
+                if sender is None:
+                    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    sender.setblocking(False)
+                    LocalWakeups._sender = sender
+        return sender
+
     @staticmethod
     def send(name: bytes) -> bool:
         """True if a listener on this machine got it (an abstract name nobody bound refuses)."""
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-                sock.setblocking(False)
-                sock.sendto(b"!", name)
+            LocalWakeups._sending_socket().sendto(b"!", name)
         except BlockingIOError:
             return True  # its buffer is full of wake-ups: it is awake anyway
         except OSError:
-            return False  # nobody listens on this machine
+            return False  # nobody listens on this machine (or no descriptor for a socket: poll instead)
         return True
 
     @staticmethod
@@ -349,7 +380,8 @@ class LeasewatchWaker:
         self._unawaited: dict[str, float] = {}
         """Lock id -> until when notices for it are not sent (leasewatch said nobody long-polls)."""
         self.notices_skipped = 0
-        self._client = httpx.Client(timeout=timeout)  # per call: timeout + the long poll
+        self._client = httpclient.client([self.url], timeout=timeout)  # per call: timeout + the long poll
+        self._errors = httpclient.http_errors()
         self._failures = 0
         self._skip_until = 0.0
         self._lock = threading.Lock()
@@ -387,10 +419,10 @@ class LeasewatchWaker:
             response = self._client.get(
                 f"{self.url}/wait/{quote(lock_id, safe='')}",
                 params={"timeout": f"{max(timeout, 0.001):.3f}", watch.kind: watch.value},
-                timeout=httpx.Timeout(self._timeout + timeout),
+                timeout=self._timeout + timeout,
             )
             response.raise_for_status()
-        except httpx.HTTPError as exc:
+        except self._errors as exc:
             self._failed(exc, "wait")
             return False
         with self._lock:
@@ -441,7 +473,7 @@ class LeasewatchWaker:
                 f"{self.url}/notify/{quote(lock_id, safe='')}", params=params, timeout=self._timeout
             )
             response.raise_for_status()
-        except httpx.HTTPError as exc:
+        except self._errors as exc:
             self._failed(exc, "notify")
             return
         awaited = _says_awaited(response)

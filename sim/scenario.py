@@ -423,6 +423,8 @@ class Client:
             runtime=rt,
             wakeups=SimWakeups(self.process, sim.hosts[self.host]),
             allow_store_clock=True,
+            # A simulated process ends in virtual time; the interpreter's exit is not its exit.
+            release_at_exit=False,
         )
         self.resources = {f"L{i}": FencedResource(self.store, f"res-L{i}", runtime=rt) for i in range(c.locks)}
         for w in range(c.workers):

@@ -1,16 +1,23 @@
 """`pip install chronolock` works from a built wheel and sdist, with the documented extras.
 
 Built the way a release is (``python -m build``: the sdist from a clean copy of the tracked
-files, then the wheel *from that sdist*, in an isolated build environment), installed into a
-fresh virtualenv with ``[server,cassandra]`` from the package index, and used only through
-what the installation put there: the import, ``lockctl``, and ``timesvc serve`` answering
-``GET /now`` on 127.0.0.1. Nothing of the source tree is on the new environment's path.
+files, then the wheel *from that sdist*, in an isolated build environment), installed into
+fresh virtualenvs from the package index, and used only through what the installation put
+there. Nothing of the source tree is on the new environments' paths:
+
+* the **base install** (``pip install chronolock``, no extras) is the library with light
+  dependencies: ``import lockclient`` loads no CLI, server, Cassandra, HTTP or asyncio module,
+  the README's application example runs against an SQLite store, and ``lockctl`` says which
+  extra it needs (issue 25, item 3);
+* with ``[server,cassandra]``: the import, ``lockctl``, and ``timesvc serve`` answering
+  ``GET /now`` on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import email
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +36,11 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_TIMEOUT = 300
 INSTALL_TIMEOUT = 420
+BASE_DEPENDENCIES = {"httpx", "pydantic", "pydantic-settings", "prometheus-client", "structlog", "greenlet"}
+"""What ``pip install chronolock`` brings: not typer, rich, fastapi, uvicorn or apscheduler."""
+HEAVY_MODULES = ("typer", "rich", "click", "fastapi", "uvicorn", "apscheduler", "cassandra", "httpx", "asyncio")
+"""What ``import lockclient`` must not load (the CLI, the servers, the driver, HTTP and asyncio
+are imported where they are used)."""
 
 
 def _run(command: list[str], *, cwd: Path | None = None, timeout: float, env: dict[str, str] | None = None) -> str:
@@ -85,9 +97,15 @@ def test_the_sdist_and_wheel_carry_what_the_package_needs(dist: Path) -> None:
         assert needed in files, f"{needed} is missing from the wheel"
     assert not any(name.startswith(("tests/", "bench/")) for name in files)
     assert meta["Version"] == __version__
-    assert set(meta.get_all("Provides-Extra") or []) >= {"server", "cassandra"}
-    for script in ("timesvc = timesvc.cli:main", "leasewatch = leasewatch.cli:main", "lockctl = lockclient.cli:main"):
-        assert script in entry_points
+    assert set(meta.get_all("Provides-Extra") or []) >= {"cli", "server", "cassandra"}
+    base = {
+        re.split(r"[<>=!~ ;\[]", req, maxsplit=1)[0].lower()
+        for req in meta.get_all("Requires-Dist") or []
+        if "extra ==" not in req
+    }
+    assert base == BASE_DEPENDENCIES, f"the base install depends on {sorted(base)}"
+    for script in ("timesvc", "leasewatch", "lockctl"):
+        assert f"{script} = lockclient.console:{script}" in entry_points
 
 
 def test_the_wheel_installs_with_its_extras_and_serves(dist: Path, tmp_path: Path) -> None:
@@ -156,3 +174,65 @@ def test_the_wheel_installs_with_its_extras_and_serves(dist: Path, tmp_path: Pat
                 server.kill()
                 server.wait()
         log.close()
+
+
+def _readme_example() -> str:
+    """The README's application example: its first Python block that builds a locker from the environment."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for block in re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL):
+        if "RemoteLocker.from_env()" in block:
+            return block
+    raise AssertionError("the README has no Python example using RemoteLocker.from_env()")
+
+
+def test_the_base_install_is_the_library_alone_and_runs_the_readme_example(dist: Path, tmp_path: Path) -> None:
+    (wheel,) = dist.glob("chronolock-*.whl")
+    venv = tmp_path / "venv"
+    env = _clean_env()
+    _run([sys.executable, "-m", "venv", str(venv)], timeout=120, env=env)
+    python = venv / "bin" / "python"
+    _run([str(python), "-m", "pip", "install", "--quiet", str(wheel)], timeout=INSTALL_TIMEOUT, env=env)
+    installed = {
+        re.split(r"==| @ ", line, maxsplit=1)[0].lower().replace("_", "-")
+        for line in _run([str(python), "-m", "pip", "freeze", "--all"], timeout=120, env=env).splitlines()
+    }
+    for heavy in ("typer", "rich", "fastapi", "uvicorn", "apscheduler", "cassandra-driver"):
+        assert heavy not in installed, f"pip install chronolock installed {heavy}"
+
+    loaded = _run(
+        [str(python), "-c", "import sys, lockclient; print(lockclient.__file__); print(' '.join(sys.modules))"],
+        cwd=tmp_path,
+        timeout=120,
+        env=env,
+    ).splitlines()
+    assert Path(loaded[0]).is_relative_to(venv), loaded[0]
+    modules = {name.split(".")[0] for name in loaded[1].split()}
+    assert not modules & set(HEAVY_MODULES), f"import lockclient loaded {sorted(modules & set(HEAVY_MODULES))}"
+
+    # The README's example, as an application would run it: charge() and send_sms() are the application's.
+    app = tmp_path / "app.py"
+    app.write_text(
+        "calls = []\n"
+        "def charge(account, fencing_token):\n    calls.append(('charge', account, fencing_token))\n"
+        "def send_sms():\n    calls.append(('send_sms',))\n" + _readme_example() + "\nlocker.close()\nprint(calls)\n",
+        encoding="utf-8",
+    )
+    run_env = env | {"CHRONOLOCK_STORE_URL": f"sqlite:///{tmp_path / 'cells.db'}"}
+    done = subprocess.run(
+        [str(python), str(app)], cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "[('charge', 42, 1), ('send_sms',)]", done.stdout + done.stderr
+
+    # The console script is there, and says what it needs instead of a traceback.
+    lockctl = subprocess.run(
+        [str(venv / "bin" / "lockctl"), "run", "x", "--", "true"],
+        cwd=tmp_path,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert lockctl.returncode == 78, lockctl.stderr
+    assert "pip install 'chronolock[cli]'" in lockctl.stderr and "Traceback" not in lockctl.stderr

@@ -7,12 +7,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from lockclient.clihelp import flags_without_a_type
 from lockclient.entrypoint import guarded_main
 from lockclient.logs import configure_logging
 from lockclient.settings import settings_help, settings_report
 from lockclient.version import version_option
 from timesvc.settings import TimesvcSettings
 
+flags_without_a_type()
 app = typer.Typer(
     help="chronolock timesvc: monotonic global time over the cell store.",
     no_args_is_help=True,

@@ -19,7 +19,6 @@ the synchronous API: the two meet only through thread-safe, non-blocking calls.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import secrets
@@ -87,6 +86,11 @@ def _await(awaitable: Awaitable[T], on_cancel: object = _RAISE) -> T:
     return cast(T, parent.switch((awaitable, on_cancel)))
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def in_bridge() -> bool:
     return isinstance(getcurrent(), _Bridge)
 
@@ -123,30 +127,57 @@ async def run_in_greenlet(fn: Callable[[], T], *, on_cancel: Callable[[], None] 
     return cast(T, request)
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class _AioEvent:
-    """An event whose :meth:`set` may come from any thread; waited for on the loop."""
+    """An event whose :meth:`set` may come from any thread; waited for on the loop.
+
+    A wait is one future (and a timer), resolved by :meth:`set` or the timeout — no task, so that
+    a thousand waiters' waits cost the loop little; :class:`_AioListener` resolves the same
+    future when it is set (a cancelled acquisition stops waiting for its wake-up socket)."""
 
     def __init__(self, runtime: AsyncioRuntime) -> None:
         self._runtime = runtime
         self._flag = False
-        self._event = asyncio.Event()
+        self._waiters: set[asyncio.Future[None]] = set()
 
     def set(self) -> None:
         self._flag = True
-        self._runtime.on_loop(self._event.set)
+        self._runtime.on_loop(self._wake)
+
+    def _wake(self) -> None:
+        for waiter in self._waiters:
+            _resolve(waiter)
 
     def clear(self) -> None:
         self._flag = False
-        self._runtime.on_loop(self._event.clear)
 
     def is_set(self) -> bool:
         return self._flag
 
-    async def _wait(self, timeout: float | None) -> bool:
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
+        """Resolve ``waiter`` (on the loop) when the event is set, until :meth:`remove_waiter`."""
+        self._waiters.add(waiter)
         if self._flag:
-            return True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout)
+            _resolve(waiter)
+
+    def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.discard(waiter)
+
+    async def _wait(self, timeout: float | None) -> bool:
+        loop = self._runtime.loop
+        waiter: asyncio.Future[None] = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _resolve, waiter)
+        self.add_waiter(waiter)
+        try:
+            await waiter
+        finally:
+            self.remove_waiter(waiter)
+            if timer is not None:
+                timer.cancel()
         return self._flag
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -279,7 +310,8 @@ class AsyncioRuntime:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._thread = threading.get_ident()
+        self.loop_thread = threading.get_ident()
+        """The thread that runs the loop (the one that called :meth:`current`)."""
         self.executor = ThreadPoolExecutor(BLOCKING_WORKERS, thread_name_prefix="chronolock-io")
         self._host = host_name()
         self._tasks: set[asyncio.Task[object]] = set()
@@ -296,7 +328,7 @@ class AsyncioRuntime:
 
     def on_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` on the loop: now if we are on it, else soon (thread-safe)."""
-        if threading.get_ident() == self._thread:
+        if threading.get_ident() == self.loop_thread:
             fn()
         elif not self.loop.is_closed():
             self.loop.call_soon_threadsafe(fn)
@@ -342,7 +374,18 @@ class AsyncioRuntime:
         from outside a bridge greenlet (already on an executor thread), it simply runs."""
         if not in_bridge():
             return fn()
+        return self.finish_blocking(self.start_blocking(fn))
+
+    def start_blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        """Start ``fn`` on this runtime's executor now (from the loop); :meth:`finish_blocking`
+        waits for it. Its error is kept for that wait (never reported as unretrieved)."""
         future = self.loop.run_in_executor(self.executor, fn)
+        future.add_done_callback(_retrieve)
+        return future
+
+    def finish_blocking(self, future: asyncio.Future[T]) -> T:
+        """Wait (in a bridge greenlet) for a call started by :meth:`start_blocking`. Cancelling the
+        driving task does not abandon it: the call is under way and its outcome is returned."""
         return _await(asyncio.shield(future), _Finish(future))
 
     async def run_blocking(self, fn: Callable[[], T]) -> T:
@@ -451,8 +494,13 @@ class BlockingStore(CellStore):
         return iter(self._io(lambda: list(self.inner.compare_and_set_many(ops))))
 
     def begin(self, ops: Sequence[Op]) -> Pending:
-        pending = self._io(lambda: self.inner.begin(ops))
-        return Pending(lambda: self._io(pending.wait))
+        # One trip to the executor, started now and awaited by wait(): the operations overlap
+        # whatever the caller does meanwhile, as the Cassandra adapter's begin() promises.
+        if not in_bridge():
+            return self.inner.begin(ops)
+        wanted = list(ops)
+        future = self._runtime.start_blocking(lambda: self.inner.begin(wanted).wait())
+        return Pending(lambda: self._runtime.finish_blocking(future))
 
     def run_concurrently(self, calls: Sequence[Callable[[], T]]) -> list[T]:
         return self._io(lambda: self.inner.run_concurrently(calls))
@@ -471,50 +519,75 @@ class BlockingStore(CellStore):
 
 
 class _AioListener:
-    """A local wake-up socket waited for by the event loop (``add_reader``), not by a thread."""
+    """A local wake-up socket waited for by the event loop, not by a thread.
+
+    The socket is registered with the loop (``add_reader``) once, for as long as it is bound, and
+    a datagram is consumed by the reader callback as it arrives; a wait is then a future and a
+    timer, with no system call. Why it matters: every system call releases the GIL, and getting it
+    back from threads busy with store calls (this runtime's executor, the keeper's renewals) can
+    take a switch interval (5 ms) each — registering, draining and unregistering the socket on
+    every wait of 1,000 waiters made the loop late by 100–300 ms for everyone else (issue 25)."""
 
     def __init__(self, listener: LocalListener, runtime: AsyncioRuntime) -> None:
         self._listener = listener
         self._runtime = runtime
         self.watch = listener.watch
+        self._woken = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._fd = listener.fileno()
+        self._closed = False
+        listener.for_event_loop()
+        runtime.loop.add_reader(self._fd, self._on_readable)
 
-    async def _readable(self, timeout: float, cancel: Event | None) -> bool:
+    def _on_readable(self) -> None:
+        # Level-triggered: consume it now, or the loop calls us again on every turn.
+        if self._listener.consume_one():
+            self._woken = True
+            if self._waiter is not None:
+                _resolve(self._waiter)
+
+    async def _readable(self, timeout: float, cancel: Event | None) -> None:
         loop = self._runtime.loop
-        readable: asyncio.Future[bool] = loop.create_future()
-        fd = self._listener.fileno()
-
-        def ready() -> None:
-            if not readable.done():
-                readable.set_result(True)
-
-        loop.add_reader(fd, ready)
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout, _resolve, waiter)
+        hooked = cancel if isinstance(cancel, _AioEvent) else None
+        if hooked is not None:
+            hooked.add_waiter(waiter)
         try:
-            waits: list[asyncio.Future[Any]] = [readable]
-            if isinstance(cancel, _AioEvent):
-                waits.append(asyncio.ensure_future(cancel._event.wait()))
-            done, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            for other in pending:
-                if other is not readable:
-                    other.cancel()
-            return readable in done
+            await waiter
         finally:
-            loop.remove_reader(fd)
+            self._waiter = None
+            timer.cancel()
+            if hooked is not None:
+                hooked.remove_waiter(waiter)
 
     def wait(self, timeout: float, cancel: Event | None = None) -> bool:
         if cancel is not None and cancel.is_set():
             return False
-        if self._listener.drain():
-            return True
-        if timeout <= 0:
-            return False
-        woken = _await(self._readable(timeout, cancel), False)
-        return self._listener.drain() or woken
+        if not self._woken and timeout > 0:
+            _await(self._readable(timeout, cancel), None)
+        woken, self._woken = self._woken, False
+        return woken
 
     def wake(self) -> None:
         self._listener.wake()
 
     def close(self) -> None:
-        self._listener.close()
+        if self._closed:
+            return
+        self._closed = True
+
+        def unregister_and_close() -> None:
+            # Unregistered before the descriptor is closed (a reused number must not inherit it).
+            if not self._runtime.loop.is_closed():
+                self._runtime.loop.remove_reader(self._fd)
+            self._listener.close()
+
+        if threading.get_ident() == self._runtime.loop_thread or self._runtime.loop.is_closed():
+            unregister_and_close()
+        else:
+            self._runtime.on_loop(unregister_and_close)
 
 
 class AioWakeups:

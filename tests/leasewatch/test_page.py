@@ -192,6 +192,12 @@ def test_the_page_shows_holder_queue_revocations_and_time_in_a_real_browser(busy
     # Trends: sparklines drawn (a path per series with at least two points).
     cards = {e[1]["id"] for e in found if e[1].get("id", "").startswith("trend-")}
     assert cards == {f"trend-{n}" for n in ("grants", "wait", "longest", "revocations", "store-errors", "now")}
+    # Issue 25: the big "longest current wait" is the number the line under the cards gives (it was
+    # the last trend sample's, seconds older: "5.4 s" above "Longest wait now: 9.6 s").
+    card = next(i for i, e in enumerate(found) if e[1].get("id") == "trend-longest")
+    longest_figure = next(e[2] for e in found[card:] if e[1].get("class") == "value")
+    line = next(e for e in found if e[1].get("id") == "longest")[2]
+    assert line.startswith(f"Longest wait now: {longest_figure};"), (longest_figure, line)
     assert sum(1 for e in found if e[0] == "path" and "L" in e[1].get("d", "")) >= 6
 
     # The list: 1,000 ids in pages of 100, and the search in the fragment.

@@ -349,8 +349,10 @@ def test_long_leases_are_looked_at_less_often_and_new_contenders_at_once(
         assert w.scan().looked == 5
         clock.now += 1.0
         assert w.scan().looked == 0  # nothing due: the index is read, no lock
-        with pytest.raises(LockTimeout):
-            locker.get_lock("long-0", timeout=0.05)  # a contender enqueues, gives up, withdraws
+        # A contender enqueues, gives up, withdraws (its own locker: this thread holds long-0, and
+        # taking it again here would be re-entry, refused at once without touching the store).
+        with RemoteLocker(store, lease=60.0) as contender, pytest.raises(LockTimeout):
+            contender.get_lock("long-0", timeout=0.05)
         newcomer = locker.get_lock("fresh")
         clock.now += 1.0
         report = w.scan()
