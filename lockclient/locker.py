@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from lockclient import metrics
 from lockclient.algorithm import Acquisition, Algorithm, Services, Timestamps
@@ -40,6 +40,7 @@ from lockclient.backoff import Backoff
 from lockclient.clock import GlobalClock, StoreClock, TimeServiceClock
 from lockclient.errors import LockCancelled, LockLost, LockNotOwned, LockTimeout, StoreError
 from lockclient.fairqueue import FairQueue
+from lockclient.hold import check_min_hold, hold_until, prepare_park
 from lockclient.keeper import Keeper
 from lockclient.lease import (
     FENCE_COLUMN,
@@ -54,10 +55,14 @@ from lockclient.lockid import INDEX_SHARDS, index_shard, ticket_time, validate_l
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Event, Runtime
 from lockclient.runtime.aio import AioWakeups, AsyncioRuntime, BlockingStore, run_in_greenlet
+from lockclient.sharedqueue import Shape, SharedQueue
 from lockclient.store import CellStore, Table
 from lockclient.store.counting import CountingStore, OpCounts
 from lockclient.wake import LOCAL_WAKEUPS, QUIET_HOLD_S, InProcessSignals, Waker, Wakeups, Watch
 from lockclient.watermark import Watermarks
+
+if TYPE_CHECKING:
+    from lockclient.permits import Permit
 
 __all__ = [
     "INDEX_SHARDS",
@@ -96,6 +101,12 @@ class LockStatus:
     leases: dict[str, LeaseRecord]
 
 
+class Releases(Protocol):
+    """What releases a held lease (an :class:`Algorithm`, or the shared queue of semaphores)."""
+
+    def release(self, lease: HeldLease, store: CellStore) -> bool: ...
+
+
 class RemoteLock:
     """A held lock. Use as a context manager, or call :meth:`release`.
 
@@ -104,6 +115,13 @@ class RemoteLock:
     touching the protected resource. ``fencing_token`` strictly increases across all
     holders of one lock id: pass it to the resource so it can refuse stale holders.
     """
+
+    _impl: Releases | None = None
+    """The algorithm that releases this lock when it is not the locker's own (a semaphore's permit,
+    a read or write lock: :mod:`lockclient.permits`)."""
+    hold_until: int = 0
+    """With ``min_hold``: the global time (µs) until which the lock stays held, even if released
+    earlier (:mod:`lockclient.hold`); 0 otherwise."""
 
     def __init__(self, locker: RemoteLocker, lease: HeldLease, counts: OpCounts, algorithm: str) -> None:
         self._locker = locker
@@ -307,6 +325,7 @@ class RemoteLocker:
             if algorithm == "queue"
             else Backoff(self._services, owner_wait=backoff_owner_wait, step=backoff_step)
         )
+        self._shared_queue: SharedQueue | None = None  # semaphores, read-write locks (made when first used)
         self._closed = False
 
     @classmethod
@@ -353,29 +372,37 @@ class RemoteLocker:
         *,
         cancel: Event | None = None,
         max_hold: float | None = None,
+        min_hold: float | None = None,
     ) -> RemoteLock:
         """Block until the lock is held (first come, first served) and return it.
 
         Raises :class:`LockTimeout` after ``timeout`` seconds (None: wait forever),
         :class:`LockCancelled` when ``cancel`` is set. Either way nothing is left
         behind in the store (or, if the store is away, it is removed in the background).
+        ``min_hold``: the lock stays held at least this many seconds of global time from the
+        grant, even if released earlier (:mod:`lockclient.hold`).
         """
         validate_lock_id(lock_id)
         _check_timeout(timeout)
+        check_min_hold(min_hold)
         self._check_open()
         deadline = None if timeout is None else self.runtime.monotonic() + timeout
-        lock = self._acquire(lock_id, deadline, cancel, max_hold, blocking=True)
+        lock = self._acquire(lock_id, deadline, cancel, max_hold, blocking=True, min_hold=min_hold)
         assert lock is not None
         return lock
 
-    def try_get_lock(self, lock_id: str, *, max_hold: float | None = None) -> RemoteLock | None:
+    def try_get_lock(
+        self, lock_id: str, *, max_hold: float | None = None, min_hold: float | None = None
+    ) -> RemoteLock | None:
         """Take the lock if nobody holds it or waits for it; never waits on a holder.
 
-        Returns None when busy, and then leaves nothing behind in the store.
+        Returns None when busy, and then leaves nothing behind in the store. ``min_hold``: as for
+        :meth:`get_lock` (with it, a job fired on many hosts runs once: ``lockctl run --once-per``).
         """
         validate_lock_id(lock_id)
+        check_min_hold(min_hold)
         self._check_open()
-        return self._acquire(lock_id, None, None, max_hold, blocking=False)
+        return self._acquire(lock_id, None, None, max_hold, blocking=False, min_hold=min_hold)
 
     async def aget_lock(
         self,
@@ -383,6 +410,7 @@ class RemoteLocker:
         timeout: float | None = None,
         *,
         max_hold: float | None = None,
+        min_hold: float | None = None,
     ) -> RemoteLock:
         """asyncio twin of :meth:`get_lock`, on the event loop (:mod:`lockclient.runtime.aio`): no
         thread per waiter. Cancelling the awaiting task cancels the acquisition and cleans up —
@@ -391,19 +419,29 @@ class RemoteLocker:
         the thread or the task."""
         validate_lock_id(lock_id)
         _check_timeout(timeout)
+        check_min_hold(min_hold)
         self._check_open()
-        lock = await self._aacquire(lock_id, timeout, max_hold, blocking=True)
+        lock = await self._aacquire(lock_id, timeout, max_hold, blocking=True, min_hold=min_hold)
         assert lock is not None
         return lock
 
-    async def atry_get_lock(self, lock_id: str, *, max_hold: float | None = None) -> RemoteLock | None:
+    async def atry_get_lock(
+        self, lock_id: str, *, max_hold: float | None = None, min_hold: float | None = None
+    ) -> RemoteLock | None:
         """asyncio twin of :meth:`try_get_lock`."""
         validate_lock_id(lock_id)
+        check_min_hold(min_hold)
         self._check_open()
-        return await self._aacquire(lock_id, None, max_hold, blocking=False)
+        return await self._aacquire(lock_id, None, max_hold, blocking=False, min_hold=min_hold)
 
     async def _aacquire(
-        self, lock_id: str, timeout: float | None, max_hold: float | None, *, blocking: bool
+        self,
+        lock_id: str,
+        timeout: float | None,
+        max_hold: float | None,
+        *,
+        blocking: bool,
+        min_hold: float | None = None,
     ) -> RemoteLock | None:
         runtime = AsyncioRuntime.current()
         cancel = runtime.event()
@@ -411,7 +449,9 @@ class RemoteLocker:
         deadline = None if timeout is None else runtime.monotonic() + timeout
 
         def acquire() -> RemoteLock | None:
-            return self._acquire(lock_id, deadline, cancel, max_hold, blocking=blocking, runtime=runtime)
+            return self._acquire(
+                lock_id, deadline, cancel, max_hold, blocking=blocking, runtime=runtime, min_hold=min_hold
+            )
 
         def release_if_abandoned(task: asyncio.Future[RemoteLock | None]) -> None:
             if abandoned and not task.cancelled() and task.exception() is None:
@@ -485,6 +525,131 @@ class RemoteLocker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- semaphores and read-write locks (lockclient.permits, lockclient.sharedqueue) ---------------
+
+    def get_semaphore(
+        self,
+        name: str,
+        limit: int,
+        timeout: float | None = None,
+        *,
+        cancel: Event | None = None,
+        max_hold: float | None = None,
+    ) -> Permit:
+        """Block until one of the ``limit`` permits of semaphore ``name`` is ours (first come, first
+        served) and return it. Up to ``limit`` holders at once, each with its own fencing token; the
+        limit is the semaphore's (:class:`~lockclient.errors.LimitMismatch` if it is held with
+        another). Raises like :meth:`get_lock`; a semaphore ``name`` is not the lock ``name``."""
+        permit = self._permit(name, _semaphore(limit), timeout, cancel, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    def try_get_semaphore(self, name: str, limit: int, *, max_hold: float | None = None) -> Permit | None:
+        """A permit if one is free and nobody waits; None (leaving nothing behind) otherwise."""
+        return self._permit(name, _semaphore(limit), None, None, max_hold, blocking=False)
+
+    async def aget_semaphore(
+        self, name: str, limit: int, timeout: float | None = None, *, max_hold: float | None = None
+    ) -> Permit:
+        """asyncio twin of :meth:`get_semaphore`."""
+        permit = await self._apermit(name, _semaphore(limit), timeout, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    async def atry_get_semaphore(self, name: str, limit: int, *, max_hold: float | None = None) -> Permit | None:
+        """asyncio twin of :meth:`try_get_semaphore`."""
+        return await self._apermit(name, _semaphore(limit), None, max_hold, blocking=False)
+
+    def get_read_lock(
+        self,
+        name: str,
+        timeout: float | None = None,
+        *,
+        max_readers: int = 16,
+        cancel: Event | None = None,
+        max_hold: float | None = None,
+    ) -> Permit:
+        """Block until we may read ``name``: no writer holds it, and no writer queued before us
+        (writers never starve). Up to ``max_readers`` readers at once."""
+        permit = self._permit(name, _rw(max_readers, "r"), timeout, cancel, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    def get_write_lock(
+        self,
+        name: str,
+        timeout: float | None = None,
+        *,
+        max_readers: int = 16,
+        cancel: Event | None = None,
+        max_hold: float | None = None,
+    ) -> Permit:
+        """Block until we are the only holder of ``name`` — no reader, no other writer — in our
+        turn (first come, first served among readers and writers)."""
+        permit = self._permit(name, _rw(max_readers, "w"), timeout, cancel, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    def try_get_read_lock(self, name: str, *, max_readers: int = 16, max_hold: float | None = None) -> Permit | None:
+        """A read lock now if no writer holds or waits and a reader slot is free; else None."""
+        return self._permit(name, _rw(max_readers, "r"), None, None, max_hold, blocking=False)
+
+    def try_get_write_lock(self, name: str, *, max_readers: int = 16, max_hold: float | None = None) -> Permit | None:
+        """The write lock now if nobody holds or waits; else None."""
+        return self._permit(name, _rw(max_readers, "w"), None, None, max_hold, blocking=False)
+
+    async def aget_read_lock(
+        self, name: str, timeout: float | None = None, *, max_readers: int = 16, max_hold: float | None = None
+    ) -> Permit:
+        """asyncio twin of :meth:`get_read_lock`."""
+        permit = await self._apermit(name, _rw(max_readers, "r"), timeout, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    async def aget_write_lock(
+        self, name: str, timeout: float | None = None, *, max_readers: int = 16, max_hold: float | None = None
+    ) -> Permit:
+        """asyncio twin of :meth:`get_write_lock`."""
+        permit = await self._apermit(name, _rw(max_readers, "w"), timeout, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    async def atry_get_read_lock(
+        self, name: str, *, max_readers: int = 16, max_hold: float | None = None
+    ) -> Permit | None:
+        """asyncio twin of :meth:`try_get_read_lock`."""
+        return await self._apermit(name, _rw(max_readers, "r"), None, max_hold, blocking=False)
+
+    async def atry_get_write_lock(
+        self, name: str, *, max_readers: int = 16, max_hold: float | None = None
+    ) -> Permit | None:
+        """asyncio twin of :meth:`try_get_write_lock`."""
+        return await self._apermit(name, _rw(max_readers, "w"), None, max_hold, blocking=False)
+
+    def _permit(
+        self,
+        name: str,
+        shape: Shape,
+        timeout: float | None,
+        cancel: Event | None,
+        max_hold: float | None,
+        *,
+        blocking: bool,
+    ) -> Permit | None:
+        from lockclient.permits import acquire_permit
+
+        _check_timeout(timeout)
+        deadline = None if timeout is None else self.runtime.monotonic() + timeout
+        return acquire_permit(self, name, shape, deadline, cancel, blocking=blocking, max_hold=max_hold)
+
+    async def _apermit(
+        self, name: str, shape: Shape, timeout: float | None, max_hold: float | None, *, blocking: bool
+    ) -> Permit | None:
+        from lockclient.permits import aacquire_permit
+
+        _check_timeout(timeout)
+        return await aacquire_permit(self, name, shape, timeout, blocking=blocking, max_hold=max_hold)
+
     # -- acquisition and release ------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -500,8 +665,11 @@ class RemoteLocker:
         *,
         blocking: bool,
         runtime: Runtime | None = None,
+        min_hold: float | None = None,
     ) -> RemoteLock | None:
         """``runtime``: the caller's, when it is not the locker's own (``aget_lock``'s event loop)."""
+        if min_hold is not None and self.algorithm != "queue":
+            raise ValueError("min_hold needs the fair queue (algorithm='queue')")
         counts = OpCounts()
         store: CellStore = self.store
         wakeups: Wakeups | None = None
@@ -517,6 +685,7 @@ class RemoteLocker:
             blocking=blocking,
             runtime=runtime or self.runtime,
             wakeups=wakeups,
+            stamp_grant=min_hold is not None,
         )
         started = self.runtime.monotonic()
         outcome = "error"
@@ -528,7 +697,10 @@ class RemoteLocker:
             self._services.keeper.add_holder(lease)
             outcome = "acquired"
             log.debug("acquired", lock_id=lock_id, owner=lease.owner, fencing_token=lease.token, ops=counts.total)
-            return RemoteLock(self, lease, counts, self.algorithm)
+            lock = RemoteLock(self, lease, counts, self.algorithm)
+            if min_hold is not None:
+                lock.hold_until = hold_until(lease, min_hold, self.runtime.monotonic())
+            return lock
         except LockTimeout:
             outcome = "timeout"
             raise
@@ -542,9 +714,11 @@ class RemoteLocker:
     def _release(self, lock: RemoteLock) -> bool:
         lease = lock._lease
         held = not lease.lost.is_set()  # also checks the lease's validity right now
+        if held and lock.hold_until:
+            prepare_park(self._services, lease, lock.hold_until)  # min_hold: park, not remove
         lease.releasing = True
         try:
-            clean = self._algorithm.release(lease, CountingStore(self.store, lock.release_counts))
+            clean = (lock._impl or self._algorithm).release(lease, CountingStore(self.store, lock.release_counts))
         except StoreError as exc:
             # The store is away or slow: finish in the background, renewing meanwhile so
             # that the lock is handed over as soon as the store answers again.
@@ -561,7 +735,7 @@ class RemoteLocker:
 
         def attempt() -> None:
             try:
-                self._algorithm.release(lease, self.store)
+                (lock._impl or self._algorithm).release(lease, self.store)
             except StoreError:
                 lease.note_release_attempt()
                 raise
@@ -593,4 +767,14 @@ class RemoteLocker:
         self._services.keeper.remove(lease)
         lock._cleanup_done.set()
         remote = lease.contended or lease.monotonic() - lease.holding_since > QUIET_HOLD_S
-        self._services.announce(lock.lock_id, gone=lock.ticket or None, released=lock.owner, remote=remote)
+        # A parked record still holds the lock (min_hold): nobody is woken to take it over.
+        released = None if lease.parked else lock.owner
+        self._services.announce(lock.lock_id, gone=lock.ticket or None, released=released, remote=remote)
+
+
+def _semaphore(limit: int) -> Shape:
+    return Shape("semaphore", limit)
+
+
+def _rw(max_readers: int, mode: Literal["r", "w"]) -> Shape:
+    return Shape("rwlock", max_readers, mode)
