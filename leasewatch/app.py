@@ -86,7 +86,7 @@ from leasewatch.trends import window as trend_window
 from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
 from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied, StoreError
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
-from lockclient.lockid import INDEX_SHARDS, MAX_LOCK_ID_BYTES, validate_lock_id
+from lockclient.lockid import INDEX_SHARDS, MAX_LOCK_ID_BYTES, validate_lock_id, validate_row_id
 from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table
 from lockclient.store.opener import StoreOpener, public_error
@@ -1097,7 +1097,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         ] = None,
         timeout: Annotated[float, Query(gt=0, le=MAX_WAIT_S, description="seconds to wait at most")] = 10.0,
     ) -> WaitOut:
-        validate_lock_id(lock_id)
+        validate_row_id(lock_id)  # a lock id, or a semaphore's / read-write lock's row
         if (gone is None) == (holder is None):
             raise HTTPException(422, "give exactly one of gone=<ticket> or holder=<owner>")
         watch = Watch("gone", gone) if gone is not None else Watch("holder", holder or "")
@@ -1112,7 +1112,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         gone: Annotated[str | None, Query(max_length=512, description="a queue cell (ticket) just deleted")] = None,
         released: Annotated[str | None, Query(max_length=512, description="the holder that just let go")] = None,
     ) -> dict[str, bool]:
-        validate_lock_id(lock_id)
+        validate_row_id(lock_id)
         await service.ready()
         assert service.hub is not None
         return {"waiters": await service.hub.notify(lock_id, gone=gone, released=released)}
@@ -1139,7 +1139,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
             log.warning("revoke_refused", lock_id=lock_id, detail="missing or wrong bearer token")
             raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
         # Operators may still name a lock whose id predates the stricter rules, to clear it.
-        validate_lock_id(lock_id, legacy=True)
+        validate_row_id(lock_id, legacy=True)
         watcher = await service.ready()
         log.info("revoke_requested", lock_id=lock_id, owner=owner, caller=caller)
         revoked = await asyncio.to_thread(partial(watcher.revoke_now, lock_id, owner, caller=caller))
@@ -1153,7 +1153,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     )
     async def lock(service: ServiceDep, lock_id: LockIdPath, authorization: AuthorizationHeader = None) -> LockOut:
         require_reader(service, authorization)
-        validate_lock_id(lock_id, legacy=True)
+        validate_row_id(lock_id, legacy=True)
         watcher = await service.ready()
         view = await asyncio.to_thread(watcher.view, lock_id)
         return _lock_out(view, service.observed, time.time())

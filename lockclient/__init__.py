@@ -15,6 +15,7 @@ from lockclient.errors import (
     ClockError,
     ConfigurationError,
     InvalidLockId,
+    LimitMismatch,
     LockCancelled,
     LockError,
     LockLost,
@@ -29,6 +30,7 @@ from lockclient.errors import (
 )
 from lockclient.fencing import FencedResource, StaleFencingToken
 from lockclient.locker import LockStatus, QueueEntry, RemoteLock, RemoteLocker
+from lockclient.permits import Permit
 from lockclient.store import CellStore, open_store
 
 __all__ = [
@@ -40,12 +42,14 @@ __all__ = [
     "FencedResource",
     "GlobalClock",
     "InvalidLockId",
+    "LimitMismatch",
     "LockCancelled",
     "LockError",
     "LockLost",
     "LockNotOwned",
     "LockStatus",
     "LockTimeout",
+    "Permit",
     "QueueEntry",
     "RemoteLock",
     "RemoteLocker",
