@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -62,6 +62,8 @@ from lockclient.wake import LOCAL_WAKEUPS, QUIET_HOLD_S, InProcessSignals, Waker
 from lockclient.watermark import Watermarks
 
 if TYPE_CHECKING:
+    from lockclient.election import Election
+    from lockclient.events import LockEvent
     from lockclient.permits import Permit
 
 __all__ = [
@@ -525,6 +527,46 @@ class RemoteLocker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- elections and events (lockclient.election, lockclient.events) ------------------------------
+
+    def election(self, name: str) -> Election:
+        """Leader election on the lock ``name``: candidates served in order, the term is the fencing
+        token, a dead leader replaced within the revocation bound (:mod:`lockclient.election`)."""
+        from lockclient.election import Election
+
+        return Election(self, name)
+
+    def watch(
+        self,
+        name: str,
+        *,
+        kind: Literal["lock", "semaphore", "rwlock"] = "lock",
+        poll: float = 1.0,
+        timeout: float | None = None,
+        cancel: Event | None = None,
+    ) -> Iterator[LockEvent]:
+        """What happens to lock ``name`` (or the semaphore / read-write lock ``name``), as it happens:
+        granted (to whom, token), released, revoked, lost, queue changed — and ``behind`` with
+        exactly what this watch could not see, never a silent gap (:mod:`lockclient.events`).
+        Runs until ``timeout`` seconds have passed (None: forever), ``cancel`` is set, or the
+        caller stops iterating."""
+        from lockclient.events import watch_events
+
+        return watch_events(self, name, kind, poll=poll, timeout=timeout, cancel=cancel)
+
+    def awatch(
+        self,
+        name: str,
+        *,
+        kind: Literal["lock", "semaphore", "rwlock"] = "lock",
+        poll: float = 1.0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[LockEvent]:
+        """asyncio twin of :meth:`watch`: ``async for event in locker.awatch(name): ...``."""
+        from lockclient.events import awatch_events
+
+        return awatch_events(self, name, kind, poll=poll, timeout=timeout)
+
     # -- semaphores and read-write locks (lockclient.permits, lockclient.sharedqueue) ---------------
 
     def get_semaphore(
@@ -666,8 +708,10 @@ class RemoteLocker:
         blocking: bool,
         runtime: Runtime | None = None,
         min_hold: float | None = None,
+        stamp: bool = False,
     ) -> RemoteLock | None:
-        """``runtime``: the caller's, when it is not the locker's own (``aget_lock``'s event loop)."""
+        """``runtime``: the caller's, when it is not the locker's own (``aget_lock``'s event loop).
+        ``stamp``: put the global time of the grant in the holder record (an election's leader)."""
         if min_hold is not None and self.algorithm != "queue":
             raise ValueError("min_hold needs the fair queue (algorithm='queue')")
         counts = OpCounts()
@@ -685,7 +729,7 @@ class RemoteLocker:
             blocking=blocking,
             runtime=runtime or self.runtime,
             wakeups=wakeups,
-            stamp_grant=min_hold is not None,
+            stamp_grant=stamp or min_hold is not None,
         )
         started = self.runtime.monotonic()
         outcome = "error"
