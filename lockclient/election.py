@@ -209,8 +209,8 @@ class Election:
         log.info("elected", election=self.name, owner=lock.owner, term=lock.fencing_token)
 
         def lost(reason: str) -> None:
-            if leadership.resigned:
-                return
+            # The lock's `lost` never fires for a lock released cleanly (README, Guarantees): a term
+            # resigned in time is never reported lost, whatever the order of the threads.
             metrics.ELECTIONS.labels("lost").inc()
             log.warning("leadership_lost", election=self.name, owner=lock.owner, term=lock.fencing_token, reason=reason)
             for callback in list(self._lost):
