@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
+from lockclient.clock import take_ticket_time
 from lockclient.errors import LockCancelled, LockTimeout, StoreError, StoreOutcomeUnknown, StoreUnavailable
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, format_fence, parse_fence, removal
 from lockclient.logs import get_logger
@@ -197,7 +198,12 @@ def take(
     store = attempt.store
     for _ in range(tries):
         token = parse_fence(fence)[0] + 1
-        since = attempt.io(services.clock.now_us) if attempt.stamp_grant else 0
+        since = upper = 0
+        if attempt.stamp_grant:
+            # The interval global time is in now: its lower end goes in the record ("the term began
+            # at or after it"); its upper end, at least any time anybody saw before, dates min_hold.
+            upper = attempt.io(lambda: take_ticket_time(services.clock))
+            since = min(upper, attempt.io(services.clock.now_us))
         # A fresh attempt id for every grant attempt: the value is this call's alone, so finding
         # it in the store proves that this very attempt applied (and the lease is dated from its
         # start, taken before it was sent).
@@ -218,7 +224,7 @@ def take(
             if not applied and not isinstance(exc, StoreUnavailable):
                 raise  # refused for good (invalid, unauthorized): nothing of ours is there
         if applied:
-            return HeldLease(
+            held = HeldLease(
                 attempt.lock_id,
                 record,
                 renewed_at=started,
@@ -226,6 +232,8 @@ def take(
                 runtime=services.runtime,
                 column=column,
             )
+            held.granted_upper_us = upper
+            return held
         # Also when the store says "uncertain" (outcome unknown, the row changed since): had
         # our grant applied, the holder would still be us — only its owner or a revocation
         # after lease + grace removes a holder record — so another holder, or none with a

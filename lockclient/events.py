@@ -177,6 +177,8 @@ class EventTracker:
 
         # Tokens issued since the last read: granted to a holder still there, or granted and ended
         # in between (its end record is there), or not seen at all.
+        # Grants are reported in token order (``fresh``: token -> its events), after the ends above.
+        fresh: dict[int, list[LockEvent]] = {}
         first_new = fence + 1 if initial else (self.fence or 0) + 1
         for token in range(first_new, fence + 1):
             if token in self._granted:
@@ -186,10 +188,10 @@ class EventTracker:
             end = ends.get(token)
             if end is not None:
                 self._granted.add(token)
-                events.append(
-                    LockEvent("granted", self.name, end.owner, token, detail="granted and ended between reads")
-                )
-                events.append(self._end_event(end, None))
+                fresh[token] = [
+                    LockEvent("granted", self.name, end.owner, token, detail="granted and ended between reads"),
+                    self._end_event(end, None),
+                ]
             else:
                 missed.append(token)
                 self._granted.add(token)
@@ -200,9 +202,10 @@ class EventTracker:
             known = self.holders.get(column)
             value = row[column]
             if known is None or known.token != record.token:
+                group = fresh.setdefault(record.token, [])
                 if record.token not in self._granted:
                     self._granted.add(record.token)
-                    events.append(
+                    group.append(
                         LockEvent(
                             "granted",
                             self.name,
@@ -218,7 +221,7 @@ class EventTracker:
                 )
                 if record.until and record.token not in self._ended:
                     self._ended.add(record.token)
-                    events.append(self._parked(record, column, initial))
+                    group.append(self._parked(record, column, initial))
                 continue
             if known.value != value:
                 known.value, known.first_seen, known.lease = value, snap.at, record.lease
@@ -244,6 +247,9 @@ class EventTracker:
                         detail=f"not renewed for {snap.at - known.first_seen:.3f}s (lease {known.lease:g}s)",
                     )
                 )
+
+        for token in sorted(fresh):
+            events.extend(fresh[token])
 
         # The waiters: queue cells that are not a holder's.
         tickets = {record.ticket for record in records.values()}

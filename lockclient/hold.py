@@ -15,10 +15,12 @@ one compare-and-set rewrites the record with ``until`` = the grant's global time
   value, with an end record "released": its owner did release it) and goes on. Global time never
   decreases across clients (README, "Global time"), so no contender anywhere can see ``until`` as
   passed before global time has reached it.
-* **When is "the grant"?** The grant stamps the global time read just before its compare-and-set
-  (:attr:`~lockclient.lease.HolderRecord.since`); ``until`` adds the compare-and-set's own round
-  trip (on this process's monotonic clock) to it, so ``until`` ≥ the grant's global time + ``S``
-  as long as global time advances at real rate.
+* **When is "the grant"?** Just before its compare-and-set, the grant reads global time's interval
+  (:mod:`lockclient.clock`): the lower end goes in the record
+  (:attr:`~lockclient.lease.HolderRecord.since`), and ``until`` is the *upper* end — at least any
+  global time anybody saw before — plus the compare-and-set's own round trip (on this process's
+  monotonic clock) plus ``S``: so ``until`` ≥ the grant's global time + ``S`` as long as global
+  time advances at real rate.
 * **If nobody comes.** A parked record is renewed by nobody; its lease length is the rest of the
   hold (+1 %), so leasewatch removes it no earlier than that after it first saw it — after
   ``until`` unless global time ran more than 1 % slow against leasewatch's clock — and it blocks
@@ -58,10 +60,11 @@ def check_min_hold(min_hold: float | None) -> None:
 
 
 def hold_until(lease: HeldLease, min_hold: float, now_monotonic: float) -> int:
-    """Global µs until which a lock granted with ``min_hold`` stays held: the grant's stamp
-    (global time before its compare-and-set) + the compare-and-set's round trip + ``min_hold``."""
+    """Global µs until which a lock granted with ``min_hold`` stays held: the upper end of global
+    time's interval before the grant's compare-and-set (at least any time anybody had seen) + the
+    compare-and-set's round trip + ``min_hold``: never before the grant's global time + min_hold."""
     round_trip = max(0.0, now_monotonic - lease.holding_since)
-    return lease.record.since + math.ceil((round_trip + min_hold) * 1e6)
+    return (lease.granted_upper_us or lease.record.since) + math.ceil((round_trip + min_hold) * 1e6)
 
 
 def prepare_park(services: Services, lease: HeldLease, until: int) -> None:

@@ -341,6 +341,9 @@ class HeldLease:
         """Monotonic start of the queue read after which it was granted (fair queue only)."""
         self.contended = False
         """It had to wait for its turn: others are likely queued behind it when it releases."""
+        self.granted_upper_us = 0
+        """With a stamped grant: the upper end of global time's interval read just before the grant's
+        compare-and-set — at least any global time anybody saw before (:mod:`lockclient.hold`)."""
         self.proposal_seen: str | None = None
         """Fair queue: the lock's watermark proposal as the look before the grant read it."""
         self._pending: dict[str, tuple[HolderRecord, float]] = {}
@@ -674,6 +677,13 @@ class WaiterLease:
         self.renew_failures = 0
         self.last_attempt_at = self.renewed_at
         self.ended = False
+        self.interrupted = False
+        """A renewal started a lease or more after the last successful one (the store was away):
+        leasewatch may have revoked the cell meanwhile, and a revoked cell's tombstone shadows every
+        later renewal — which still *succeeds* (a plain write that loses to a newer tombstone). From
+        then on only a look, never :meth:`alive`, says whether the cell is there (found by the
+        simulator: a waiter cut off from the store for a lease was handed the lock over the waiters
+        behind it, its cell long gone)."""
         self._mutex = runtime.lock()  # serializes renewals (held across the store call)
         self._state = threading.Lock()  # never held across a call: see renew()
 
@@ -689,8 +699,9 @@ class WaiterLease:
     def alive(self) -> bool:
         """No revocation can have removed our cell yet: the last renewal (or the enqueue) started
         less than a lease ago by our clock, and leasewatch waits a lease plus a grace past the last
-        change it saw before it revokes."""
-        return self.monotonic() - self.renewed_at < self.lease
+        change it saw before it revokes — and no renewal ever came a lease or more after the one
+        before it (see :attr:`interrupted`)."""
+        return not self.interrupted and self.monotonic() - self.renewed_at < self.lease
 
     def renew(self, store: CellStore, timestamp: Callable[[], int]) -> None:
         with self._mutex:
@@ -710,6 +721,8 @@ class WaiterLease:
                 self.renew_failures += 1
                 log.warning("waiter_renewal_failed", lock_id=self.lock_id, owner=self.owner, error=str(exc))
                 return
+            if started - self.renewed_at >= self.lease:
+                self.interrupted = True
             self.record, self.renewed_at, self.renew_failures = record, started, 0
 
     def end(self) -> None:

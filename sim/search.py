@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 from sim.nemesis import FaultEvent
+from sim.primitives import enabled
 from sim.scenario import Config, Simulation
 
 __all__ = ["Outcome", "Profile", "config_for_seed", "run_seed", "search", "shrink"]
@@ -45,6 +46,15 @@ PROFILES: dict[str, Profile] = {
     "clocks": Profile("clocks", Config(faults="clock,pause,crash", fault_rate=0.2)),
     "unknown": Profile("unknown", Config(faults="lossy,cut", fault_rate=0.3)),
     "processes": Profile("processes", Config(faults="pause,crash,cut", fault_rate=0.25)),
+    # Issue 26: semaphores, read-write locks, elections, once-per-period jobs and lock events beside
+    # the lock (sim.primitives), under the fault families the lock alone passes today: process pauses,
+    # crashes, cut-offs, lossy networks with unknown outcomes. Clock and lying-replica faults break
+    # global time itself for now ([time] violations, and tasks killed by absurd tickets, in the lock-only
+    # profiles too: another branch fixes global time); "primitives-clocks" runs them, for the record.
+    # "primitives-quiet" adds the exact per-period check of once-per jobs (no faults).
+    "primitives": Profile("primitives", Config(primitives="all", faults="pause,crash,cut,lossy", fault_rate=0.2)),
+    "primitives-clocks": Profile("primitives-clocks", Config(primitives="all", faults="all")),
+    "primitives-quiet": Profile("primitives-quiet", Config(primitives="all", faults="none")),
 }
 
 
@@ -54,6 +64,10 @@ def config_for_seed(seed: int, profile: Profile) -> Config:
     if not profile.vary:
         return base
     rng = random.Random(f"{seed}/config")
+    if base.primitives != "lock":
+        # Drawn apart from the rest, so that a lock-only profile's seeds stay what they were.
+        extra = random.Random(f"{seed}/primitives")
+        base = replace(base, limit=extra.choice((1, 2, 3)), period=extra.choice((0.5, 1.0, 2.0)))
     return replace(
         base,
         clients=rng.randint(2, 6),
@@ -81,6 +95,8 @@ class Outcome:
     cpu_s: float
     violations: list[str]
     schedule: list[dict[str, Any]]
+    ops: dict[str, int] = field(default_factory=dict)
+    """Operations judged per primitive (sim.checkers.Checkers.ops)."""
 
 
 class SimHang(Exception):
@@ -131,6 +147,7 @@ def run_seed(
         cpu_s=time.process_time() - started,
         violations=violations,
         schedule=[asdict(e) for e in sim.nemesis.events or []],
+        ops=dict(sim.checkers.ops),
     )
     return outcome, sim
 
@@ -148,13 +165,16 @@ def search(
     max_seeds: int | None = None,
     seconds: float | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
+    ops: int | None = None,
 ) -> list[Outcome]:
-    """Run seeds in parallel until ``acquisitions`` simulated acquisitions, ``max_seeds`` seeds or
-    ``seconds`` of wall time — whichever comes first."""
+    """Run seeds in parallel until ``acquisitions`` simulated acquisitions, ``ops`` operations of every
+    primitive the profile runs, ``max_seeds`` seeds or ``seconds`` of wall time — whichever comes first."""
     jobs = jobs or max(1, os.cpu_count() or 1)
     outcomes: list[Outcome] = []
     started = time.monotonic()
     total = 0
+    per: dict[str, int] = {}
+    wanted = [p for p in enabled(PROFILES[profile].base.primitives)]
     submitted = [0]
 
     def more() -> bool:
@@ -162,7 +182,13 @@ def search(
             return False
         if acquisitions is not None and total >= acquisitions:
             return False
+        if ops is not None and all(per.get(p, 0) >= ops for p in wanted):
+            return False
         return seconds is None or time.monotonic() - started < seconds
+
+    def count(outcome: Outcome) -> None:
+        for primitive, n in outcome.ops.items():
+            per[primitive] = per.get(primitive, 0) + n
 
     context = multiprocessing.get_context("spawn" if jobs > 1 else "fork")
     if jobs == 1:
@@ -173,6 +199,7 @@ def search(
             outcome = run_seed(seed, profile)[0]
             outcomes.append(outcome)
             total += outcome.acquisitions
+            count(outcome)
             if on_outcome:
                 on_outcome(outcome)
         return outcomes
@@ -189,6 +216,7 @@ def search(
             outcome = pending.pop(0).get()
             outcomes.append(outcome)
             total += outcome.acquisitions
+            count(outcome)
             if on_outcome:
                 on_outcome(outcome)
         pool.terminate()
