@@ -86,7 +86,7 @@ from leasewatch.trends import window as trend_window
 from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
 from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied, StoreError
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
-from lockclient.lockid import INDEX_SHARDS, MAX_LOCK_ID_BYTES, validate_lock_id, validate_row_id
+from lockclient.lockid import INDEX_SHARDS, MAX_LOCK_ID_BYTES, validate_row_id
 from lockclient.logs import get_logger
 from lockclient.store import CellStore, Table
 from lockclient.store.opener import StoreOpener, public_error
@@ -1027,6 +1027,10 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         service.metrics.auth_failures.labels("read").inc()
         raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
 
+    from leasewatch.primitives import add_primitive_routes  # its module imports this one
+
+    add_primitive_routes(app, require_reader)
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
         # The page itself holds no data; it fetches /locks (with the token from the URL fragment).
@@ -1172,7 +1176,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     ) -> list[RevocationOut]:
         require_reader(service, authorization)
         if lock_id is not None:
-            validate_lock_id(lock_id, legacy=True)
+            validate_row_id(lock_id, legacy=True)
         watcher = await service.ready()
         events = [e for e in reversed(watcher.events) if lock_id is None or e.lock_id == lock_id][:limit]
         return [
@@ -1206,7 +1210,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     ) -> ObservedOut:
         require_reader(service, authorization)
         if lock_id is not None:
-            validate_lock_id(lock_id, legacy=True)
+            validate_row_id(lock_id, legacy=True)
         seen = service.observed
         waits = seen.longest_wait()
         return ObservedOut(

@@ -208,6 +208,12 @@ class LeaseView:
     """Seconds since this watcher last saw the lease change (None: not seen yet)."""
     token: int = 0
     """The holder's fencing token (0 for a waiter)."""
+    since_us: int = 0
+    """A stamped grant's global time (an election's term; 0: not stamped)."""
+    until_us: int = 0
+    """A parked record's hold (``min_hold``): held until this global time (0: not parked)."""
+    mode: str = ""
+    """A queue cell's mode (``r`` / ``w`` for a read-write lock's reader / writer)."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +226,13 @@ class LockView:
     """(ticket, owner) in order; the holder's cell first while it holds."""
     leases: dict[str, LeaseView]
     head: str | None
+    slots: dict[str, LeaseView] = field(default_factory=dict)
+    """Holder column (``~holder``, ``~holder:<k>``) -> its holder: a semaphore's or read-write lock's
+    several holders, by slot."""
+    modes: dict[str, str] = field(default_factory=dict)
+    """Ticket -> the mode of its queue cell (``r``, ``w``; absent for a lock's or a semaphore's)."""
+    limit: str | None = None
+    """A semaphore's limit (a read-write lock's max_readers), as stored."""
 
 
 @dataclass(frozen=True)
@@ -262,6 +275,7 @@ class _LockState:
     slots: dict[str, str] = field(default_factory=dict)
     """Every holder column (``~holder`` and a semaphore's or read-write lock's ``~holder:<k>``) -> its
     raw record."""
+    limit: str | None = None
 
 
 @dataclass
@@ -951,7 +965,7 @@ class Watcher:
             except StoreError:
                 holder = None  # malformed: treated as an orphan by the scan
         slots = {column: row[column] for column in holder_columns(row)}
-        return _LockState(holder_raw, holder, row.get(FENCE_COLUMN), queue, backoff, shadow, slots)
+        return _LockState(holder_raw, holder, row.get(FENCE_COLUMN), queue, backoff, shadow, slots, row.get("~limit"))
 
     def queue_start(self, lock_id: str) -> str:
         """Where a read of this lock's queue starts: its published watermark."""
@@ -980,10 +994,13 @@ class Watcher:
         holders += [c.column for c in state.backoff if c.column not in holders]
         tickets = {h.ticket for h in records.values()}
         leases: dict[str, LeaseView] = {}
+        slots: dict[str, LeaseView] = {}
+        modes: dict[str, str] = {}
         with self._lock:
             for column, h in records.items():
                 age = self._age((lock_id, column), state.slots[column], now)
-                leases[h.owner] = LeaseView(h.owner, h.ticket, h.version, h.lease, True, age, h.token)
+                seen = LeaseView(h.owner, h.ticket, h.version, h.lease, True, age, h.token, h.since, h.until)
+                leases[h.owner] = slots[column] = seen
             queue: list[tuple[str, str]] = []
             for cell in state.queue:
                 try:
@@ -992,11 +1009,14 @@ class Watcher:
                     queue.append((cell.column, "?"))
                     continue
                 queue.append((cell.column, record.owner))
+                if record.mode:
+                    modes[cell.column] = record.mode
                 if cell.column in tickets:
                     continue
                 age = self._age((lock_id, cell.column), cell.value, now)
                 leases[record.owner] = LeaseView(record.owner, cell.column, record.version, record.lease, False, age)
-        return LockView(lock_id, holders, token, fence_owner, queue, leases, queue[0][0] if queue else None)
+        head = queue[0][0] if queue else None
+        return LockView(lock_id, holders, token, fence_owner, queue, leases, head, slots, modes, state.limit)
 
     def page(
         self, *, after: str | None = None, limit: int = 100, prefix: str = ""

@@ -185,6 +185,7 @@ class Primitives:
                 return
             last = k
             op = sim.next_op()
+            invoked = sim.world.now
             sim.record("invoke", op=op, client=process.name, lock=job, mode="once", timeout=None)
             sim.checkers.invoked(op, process, job, blocking=False)
             try:
@@ -192,10 +193,10 @@ class Primitives:
             except ChronolockError as exc:
                 sim.record("error", op=op, error=type(exc).__name__)
                 sim.checkers.completed(op, error=exc)
-                sim.checkers.once_fired(job, k, False)
+                sim.checkers.once_fired(job, k, False, invoked)
                 continue
             sim.checkers.completed(op)
-            sim.checkers.once_fired(job, k, lock is not None)
+            sim.checkers.once_fired(job, k, lock is not None, invoked)
             if lock is None:
                 sim.record("skipped", op=op)
                 continue
