@@ -758,9 +758,11 @@ class RemoteLocker:
     def _release(self, lock: RemoteLock) -> bool:
         lease = lock._lease
         held = not lease.lost.is_set()  # also checks the lease's validity right now
-        if held and lock.hold_until:
-            prepare_park(self._services, lease, lock.hold_until)  # min_hold: park, not remove
         lease.releasing = True
+        if held and lock.hold_until:
+            # min_hold: park, not remove. After `releasing` (found by the simulator): reading global
+            # time may take a while, and the lease must not expire into "lost" meanwhile.
+            prepare_park(self._services, lease, lock.hold_until)
         try:
             clean = (lock._impl or self._algorithm).release(lease, CountingStore(self.store, lock.release_counts))
         except StoreError as exc:
