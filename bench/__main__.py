@@ -1,4 +1,5 @@
-"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues] [--quick] [--k K] [--only PEERS] [--max-n N]``.
+"""``python -m bench [all|now|locks|leasewatch|peers|election|ring|scale|queues] [--quick] [--k K] [--only PEERS]
+[--max-n N]``.
 
 See bench/README.md.
 """
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["all", "now", "locks", "leasewatch", "peers", "ring", "scale", "queues"],
+        choices=["all", "now", "locks", "leasewatch", "peers", "election", "ring", "scale", "queues"],
         help="which benchmark (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="shorter runs (whole suite ~3 minutes)")
@@ -72,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
 
         only = tuple(key.strip() for key in args.only.split(",") if key.strip())
         peers.run(quick=args.quick, k=args.k, only=only)
+    if args.which in ("all", "election"):
+        from bench import election
+
+        election.run(quick=args.quick)
     if args.which in ("all", "ring"):
         from bench import ring  # skips itself (saying why) unless CHRONOLOCK_BENCH_CASSANDRA names a ring
 
