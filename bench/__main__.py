@@ -1,4 +1,4 @@
-"""``python -m bench [all|now|locks|leasewatch|peers|ring|scale|queues|clockfaults|asyncio|startup] [--quick]
+"""``python -m bench [all|now|locks|leasewatch|peers|election|ring|scale|queues|clockfaults|asyncio|startup] [--quick]
 [--k K] [--only PEERS] [--max-n N] [--seconds S] [--parallel N] ...``.
 
 See bench/README.md.
@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
             "locks",
             "leasewatch",
             "peers",
+            "election",
             "ring",
             "scale",
             "queues",
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
 
         only = tuple(key.strip() for key in args.only.split(",") if key.strip())
         peers.run(quick=args.quick, k=args.k, only=only)
+    if args.which in ("all", "election"):
+        from bench import election
+
+        election.run(quick=args.quick)
     if args.which in ("all", "ring"):
         from bench import ring  # skips itself (saying why) unless CHRONOLOCK_BENCH_CASSANDRA names a ring
 

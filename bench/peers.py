@@ -301,6 +301,8 @@ class Servers:
         self.params: dict[str, dict[str, Any]] = {}
         self.versions: dict[str, str] = {}
         self.stat_readers: dict[str, Callable[[], float]] = {}
+        self.zookeeper_tick_ms = 2000
+        """ZooKeeper's tickTime: sessions may time out between 2 and 20 ticks (bench/election.py sets 500)."""
 
     def _start(self, name: str, argv: list[str], **kwargs: Any) -> ServerProcess:
         proc = ServerProcess(name, argv, self.workdir / f"{name}.log", **kwargs)
@@ -401,7 +403,7 @@ class Servers:
         cfg.write_text(
             "\n".join(
                 [
-                    "tickTime=2000",
+                    f"tickTime={self.zookeeper_tick_ms}",
                     f"dataDir={data / 'data'}",
                     f"clientPort={port}",
                     f"clientPortAddress={HOST}",

@@ -86,7 +86,7 @@ from leasewatch.trends import window as trend_window
 from leasewatch.watcher import LockView, Revocation, Watcher, queue_start
 from lockclient.errors import ChronolockError, InvalidLockId, StoreAccessDenied, StoreError
 from lockclient.lease import HOLDER_COLUMN, HolderRecord
-from lockclient.lockid import INDEX_SHARDS, MAX_LOCK_ID_BYTES, validate_lock_id
+from lockclient.lockid import INDEX_SHARDS, MAX_LOCK_ID_BYTES, validate_row_id
 from lockclient.logs import get_logger
 from lockclient.schedule import PeriodicSchedule, run_schedule
 from lockclient.store import CellStore, Table
@@ -1010,6 +1010,10 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         service.metrics.auth_failures.labels("read").inc()
         raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
 
+    from leasewatch.primitives import add_primitive_routes  # its module imports this one
+
+    add_primitive_routes(app, require_reader)
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
         # The page itself holds no data; it fetches /locks (with the token from the URL fragment).
@@ -1080,7 +1084,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         ] = None,
         timeout: Annotated[float, Query(gt=0, le=MAX_WAIT_S, description="seconds to wait at most")] = 10.0,
     ) -> WaitOut:
-        validate_lock_id(lock_id)
+        validate_row_id(lock_id)  # a lock id, or a semaphore's / read-write lock's row
         if (gone is None) == (holder is None):
             raise HTTPException(422, "give exactly one of gone=<ticket> or holder=<owner>")
         watch = Watch("gone", gone) if gone is not None else Watch("holder", holder or "")
@@ -1095,7 +1099,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         gone: Annotated[str | None, Query(max_length=512, description="a queue cell (ticket) just deleted")] = None,
         released: Annotated[str | None, Query(max_length=512, description="the holder that just let go")] = None,
     ) -> dict[str, bool]:
-        validate_lock_id(lock_id)
+        validate_row_id(lock_id)
         await service.ready()
         assert service.hub is not None
         return {"waiters": await service.hub.notify(lock_id, gone=gone, released=released)}
@@ -1122,7 +1126,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
             log.warning("revoke_refused", lock_id=lock_id, detail="missing or wrong bearer token")
             raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
         # Operators may still name a lock whose id predates the stricter rules, to clear it.
-        validate_lock_id(lock_id, legacy=True)
+        validate_row_id(lock_id, legacy=True)
         watcher = await service.ready()
         log.info("revoke_requested", lock_id=lock_id, owner=owner, caller=caller)
         revoked = await asyncio.to_thread(partial(watcher.revoke_now, lock_id, owner, caller=caller))
@@ -1136,7 +1140,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     )
     async def lock(service: ServiceDep, lock_id: LockIdPath, authorization: AuthorizationHeader = None) -> LockOut:
         require_reader(service, authorization)
-        validate_lock_id(lock_id, legacy=True)
+        validate_row_id(lock_id, legacy=True)
         watcher = await service.ready()
         view = await asyncio.to_thread(watcher.view, lock_id)
         return _lock_out(view, service.observed, time.time())
@@ -1155,7 +1159,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     ) -> list[RevocationOut]:
         require_reader(service, authorization)
         if lock_id is not None:
-            validate_lock_id(lock_id, legacy=True)
+            validate_row_id(lock_id, legacy=True)
         watcher = await service.ready()
         events = [e for e in reversed(watcher.events) if lock_id is None or e.lock_id == lock_id][:limit]
         return [
@@ -1189,7 +1193,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
     ) -> ObservedOut:
         require_reader(service, authorization)
         if lock_id is not None:
-            validate_lock_id(lock_id, legacy=True)
+            validate_row_id(lock_id, legacy=True)
         seen = service.observed
         waits = seen.longest_wait()
         return ObservedOut(

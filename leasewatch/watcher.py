@@ -25,6 +25,14 @@ stale`` — a compare-and-set — so a watcher paused between its observation an
 action cannot revoke a holder that renewed meanwhile, and several watchers may run:
 only one compare-and-set can win. Then its queue cell is deleted.
 
+**Several holders.** A semaphore's or read-write lock's lease row holds one holder record per
+slot (``~holder:<k>``, :mod:`lockclient.sharedqueue`) beside a writer's ``~holder``. Each is a
+lease of its own, watched and revoked exactly like a lock's holder — by compare-and-set on the
+value watched, with the slot's own end record ``~ended:<k>`` — and each holder's queue cell is
+covered by its record, as a lock holder's is. A *parked* record (``min_hold``, :mod:`lockclient.hold`)
+carries the rest of its hold as its lease length: it is removed no earlier than that after it was
+first seen (and does not count towards :attr:`Watcher.longest_lease`, which bounds holders' leases).
+
 **Revoking a waiter** deletes its queue cell with a timestamp well above the cell's
 (``writetime + 1 h``), after re-reading it unchanged: its later renewals can never
 bring it back, so a waiter that was only slow finds its cell gone at its next look and
@@ -77,7 +85,17 @@ from datetime import UTC, datetime
 from leasewatch.observed import Observed
 from lockclient.backoff import BACKOFF_INDEX_MARK
 from lockclient.errors import StoreError, StoreOutcomeUnknown
-from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HolderRecord, WaiterRecord, parse_fence, removal
+from lockclient.lease import (
+    FENCE_COLUMN,
+    HOLDER_COLUMN,
+    HolderRecord,
+    WaiterRecord,
+    ended_column_for,
+    holder_columns,
+    is_holder_column,
+    parse_fence,
+    removal,
+)
 from lockclient.lockid import INDEX_SHARDS, index_shard, make_ticket
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Runtime
@@ -115,7 +133,9 @@ the waiter sends before it notices can resurrect it (ticket columns are unique p
 so nothing else is ever shadowed)."""
 
 _Key = tuple[str, str]
-"""(lock id, ``~holder``) for a holder's lease, (lock id, ticket) for a waiter's."""
+"""(lock id, ``~holder``) for a holder's lease — (lock id, ``~holder:<k>``) for the holder of a slot
+of a semaphore or read-write lock (:mod:`lockclient.sharedqueue`) — and (lock id, ticket) for a
+waiter's. Tickets start with digits, holder columns with ``~``, so the two never meet."""
 
 
 @dataclass(slots=True)
@@ -188,6 +208,12 @@ class LeaseView:
     """Seconds since this watcher last saw the lease change (None: not seen yet)."""
     token: int = 0
     """The holder's fencing token (0 for a waiter)."""
+    since_us: int = 0
+    """A stamped grant's global time (an election's term; 0: not stamped)."""
+    until_us: int = 0
+    """A parked record's hold (``min_hold``): held until this global time (0: not parked)."""
+    mode: str = ""
+    """A queue cell's mode (``r`` / ``w`` for a read-write lock's reader / writer)."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +226,13 @@ class LockView:
     """(ticket, owner) in order; the holder's cell first while it holds."""
     leases: dict[str, LeaseView]
     head: str | None
+    slots: dict[str, LeaseView] = field(default_factory=dict)
+    """Holder column (``~holder``, ``~holder:<k>``) -> its holder: a semaphore's or read-write lock's
+    several holders, by slot."""
+    modes: dict[str, str] = field(default_factory=dict)
+    """Ticket -> the mode of its queue cell (``r``, ``w``; absent for a lock's or a semaphore's)."""
+    limit: str | None = None
+    """A semaphore's limit (a read-write lock's max_readers), as stored."""
 
 
 @dataclass(frozen=True)
@@ -239,6 +272,10 @@ class _LockState:
     queue: list[Cell]
     backoff: list[Cell]
     shadow: list[Cell]
+    slots: dict[str, str] = field(default_factory=dict)
+    """Every holder column (``~holder`` and a semaphore's or read-write lock's ``~holder:<k>``) -> its
+    raw record."""
+    limit: str | None = None
 
 
 @dataclass
@@ -444,29 +481,35 @@ class Watcher:
         """One look at one lock: observe its leases, collect the stale ones, schedule the next look.
         (Written for speed: it runs for every lock due, tens of thousands per scan.)"""
         row = reads.rows.get(lock_id)
-        holder_raw = row.get(HOLDER_COLUMN) if row is not None else None
         queue = reads.queues.get(lock_id, ())
         keys: list[_Key] = []
         observed: list[_Observation] = []
         orphans: dict[tuple[str, str], float] = {}
         shortest = 0.0
 
-        # The holder's lease.
+        # The holder's lease (and, for a semaphore or read-write lock, every slot's).
         holder: _Observation | None = None
-        if holder_raw is not None:
-            key = (lock_id, HOLDER_COLUMN)
-            holder = self._observe(key, holder_raw, now, holder=True)
-            if holder is None:  # malformed: treated as an orphan
-                self._orphan(report, watch, orphans, now, lock_id, "holder", HOLDER_COLUMN, holder_raw)
-            else:
-                keys.append(key)
-                observed.append(holder)
-                shortest = holder.lease
+        holder_tickets: set[str] = set()
+        columns = holder_columns(row) if row else ()
+        for column in columns:
+            assert row is not None
+            raw = row[column]
+            key = (lock_id, column)
+            seen = self._observe(key, raw, now, holder=True)
+            if seen is None:  # malformed: treated as an orphan
+                self._orphan(report, watch, orphans, now, lock_id, "holder", column, raw)
+                continue
+            keys.append(key)
+            observed.append(seen)
+            holder_tickets.add(seen.ticket)
+            if not shortest or seen.lease < shortest:
+                shortest = seen.lease
+            if holder is None or seen.token > holder.token:
+                holder = seen  # the newest grant, for what leasewatch.observed records
 
-        # Waiters' leases: their queue cells (the holder's own cell is covered by its record).
-        holder_ticket = holder.ticket if holder is not None else None
+        # Waiters' leases: their queue cells (a holder's own cell is covered by its record).
         for cell in queue:
-            if cell.column == holder_ticket:
+            if cell.column in holder_tickets:
                 continue
             key = (lock_id, cell.column)
             waiter = self._observe(key, cell.value, now, holder=False)
@@ -480,6 +523,7 @@ class Watcher:
 
         # The baseline's cells: a contender's shadow or main cell without a holder record of
         # that owner blocks every later baseline attempt (ConcurrentAttempt forever).
+        # (Only on lock ids: the baseline never lists a semaphore's or read-write lock's row.)
         backoff = reads.backoff.get(lock_id, ()) if reads.backoff else ()
         shadow = reads.shadow.get(lock_id, ()) if reads.shadow else ()
         if backoff or shadow:
@@ -523,7 +567,7 @@ class Watcher:
                 self._judge_lease(keys[i], obs, now, horizon, stale)
 
         # A lock with no state at all leaves the index after the window (cost follows live state).
-        if holder_raw is None and not queue and not backoff and not shadow:
+        if not columns and not queue and not backoff and not shadow:
             if watch.idle_since is None:
                 watch.idle_since, watch.idle_ts = now, watch.index_ts
             elif now - watch.idle_since > self.orphan_after:
@@ -546,6 +590,11 @@ class Watcher:
             if holder:
                 record = HolderRecord.decode(value)
                 obs = _Observation(value, now, record.lease, record.owner, record.ticket, record.token)
+                if record.until:
+                    # Parked (min_hold): its lease is the rest of a hold, not a holder's renewal
+                    # period, and says nothing about how long a holder may go unrenewed.
+                    self._leases[key] = obs
+                    return obs
             else:
                 waiter = WaiterRecord.decode(value)
                 obs = _Observation(value, now, waiter.lease, waiter.owner, key[1])
@@ -608,11 +657,12 @@ class Watcher:
             watch = self._locks.get(lock_id)
             horizon = (watch.next_look if watch is not None else now) + self.scan_interval
             for key in keys:
-                current = row.get(HOLDER_COLUMN) if key[1] == HOLDER_COLUMN else cells.get(key[1])
+                holder = is_holder_column(key[1])
+                current = row.get(key[1]) if holder else cells.get(key[1])
                 if current is None:
                     self._leases.pop(key, None)  # released, withdrawn or revoked meanwhile
                     continue
-                fresh = self._observe(key, current, now, holder=key[1] == HOLDER_COLUMN)
+                fresh = self._observe(key, current, now, holder=holder)
                 if fresh is not None:
                     self._judge_lease(key, fresh, now, horizon, stale)
         self._revoke_stale(stale, reads, report)
@@ -630,8 +680,8 @@ class Watcher:
         compare-and-sets on the values watched, the waiters by deleting their cells after one
         batch of re-reads. A holder process that died holding thousands of locks is revoked
         in a few store round trips, not thousands."""
-        holders = [s for s in stale if s[0][1] == HOLDER_COLUMN]
-        waiters = [s for s in stale if s[0][1] != HOLDER_COLUMN]
+        holders = [s for s in stale if is_holder_column(s[0][1])]
+        waiters = [s for s in stale if not is_holder_column(s[0][1])]
         for key, _, _ in stale:
             self._leases.pop(key, None)
         try:
@@ -653,7 +703,9 @@ class Watcher:
         ]
         ops = [
             CompareAndSet(
-                key[0], {HOLDER_COLUMN: obs.value, ENDED_COLUMN: ANY}, {HOLDER_COLUMN: None, ENDED_COLUMN: end}
+                key[0],
+                {key[1]: obs.value, ended_column_for(key[1]): ANY},
+                {key[1]: None, ended_column_for(key[1]): end},
             )
             for (key, obs, _), end in zip(holders, ends, strict=True)
         ]
@@ -661,10 +713,10 @@ class Watcher:
         lookups: list[tuple[str, str]] = []
         revoked = 0
         for i, result in self.store.compare_and_set_many(ops):
-            (lock_id, _), obs, unchanged = holders[i]
+            (lock_id, column), obs, unchanged = holders[i]
             if isinstance(result, StoreError):
                 log.warning("revoke_outcome_unknown", lock_id=lock_id, owner=obs.owner, error=str(result))
-                if not self._settle_revocation(lock_id, obs.owner, ends[i]):
+                if not self._settle_revocation(lock_id, obs.owner, ends[i], ended_column_for(column)):
                     continue
             elif not result.applied:
                 log.info("revoke_skipped", lock_id=lock_id, detail="record changed or already gone")
@@ -690,7 +742,7 @@ class Watcher:
             self.store.execute_all(cleanup)
         return revoked
 
-    def _settle_revocation(self, lock_id: str, owner: str, end: str) -> bool:
+    def _settle_revocation(self, lock_id: str, owner: str, end: str, ended_column: str = ENDED_COLUMN) -> bool:
         """A revocation whose outcome the store could not settle: read the row (SERIAL) — our end
         record there means it applied; the record still there, that it did not (the lease is read
         again and found stale again at the next look); anything else, that the holder's own
@@ -702,7 +754,7 @@ class Watcher:
         except StoreError as exc:
             log.warning("revoke_unsettled", lock_id=lock_id, owner=owner, error=str(exc))
             return False
-        return row.get(ENDED_COLUMN) == end
+        return row.get(ended_column) == end
 
     def _revoke_waiters(self, waiters: list[_Stale]) -> int:
         # Re-read right before deleting: a waiter that renewed since our look is alive.
@@ -723,25 +775,33 @@ class Watcher:
         return len(revoked)
 
     def _revoke_holder(
-        self, lock_id: str, raw: str, reason: str, unchanged: float | None, *, caller: str | None = None
+        self,
+        lock_id: str,
+        raw: str,
+        reason: str,
+        unchanged: float | None,
+        *,
+        caller: str | None = None,
+        column: str = HOLDER_COLUMN,
     ) -> bool:
-        """One holder: compare-and-set delete of the record we watched, with its end record; then
-        its queue cell."""
+        """One holder (of ``column``: a slot's, for a semaphore or read-write lock): compare-and-set
+        delete of the record we watched, with its end record; then its queue cell."""
         try:
             record = HolderRecord.decode(raw)
         except StoreError:
             # Malformed: nobody's lease, so no end record to name it by — a plain conditional delete.
-            if not self.store.compare_and_set(lock_id, {HOLDER_COLUMN: raw}, {HOLDER_COLUMN: None}).applied:
+            if not self.store.compare_and_set(lock_id, {column: raw}, {column: None}).applied:
                 return False
             self._record(lock_id, _owner_of(raw), reason, unchanged, holder=True, caller=caller)
             return True
-        op = removal(lock_id, raw, record, "revoked", runtime=self._runtime)
+        op = removal(lock_id, raw, record, "revoked", runtime=self._runtime, column=column)
+        ended = ended_column_for(column)
         try:
             result: CasResult = self.store.compare_and_set(op.row, op.expected, op.updates)
             applied = result.applied
         except StoreOutcomeUnknown:
-            end = op.updates[ENDED_COLUMN]
-            applied = end is not None and self._settle_revocation(lock_id, record.owner, end)
+            end = op.updates[ended]
+            applied = end is not None and self._settle_revocation(lock_id, record.owner, end, ended)
         if not applied:
             log.info("revoke_skipped", lock_id=lock_id, detail="record changed or already gone")
             return False
@@ -794,7 +854,7 @@ class Watcher:
             return
         if table == "holder":
             # A malformed holder record: only a compare-and-set on exactly that value removes it.
-            if self.store.compare_and_set(lock_id, {HOLDER_COLUMN: value}, {HOLDER_COLUMN: None}).applied:
+            if self.store.compare_and_set(lock_id, {column: value}, {column: None}).applied:
                 report.orphans_cleared += 1
                 log.warning("orphan_cleared", lock_id=lock_id, table="lock_lease", column=column)
             return
@@ -859,13 +919,18 @@ class Watcher:
         with self._lock:
             for _ in range(5):
                 state = self._read(lock_id)
-                if state.holder_raw is not None and (owner is None or _owner_of(state.holder_raw) == owner):
-                    if self._revoke_holder(lock_id, state.holder_raw, reason, None, caller=caller):
-                        revoked.append(_owner_of(state.holder_raw))
-                        self._leases.pop((lock_id, HOLDER_COLUMN), None)
+                # A semaphore's or read-write lock's row may have several holders: without an owner,
+                # every one of them is revoked.
+                targets = {c: raw for c, raw in state.slots.items() if owner is None or _owner_of(raw) == owner}
+                if targets:
+                    for column, raw in targets.items():
+                        if self._revoke_holder(lock_id, raw, reason, None, caller=caller, column=column):
+                            revoked.append(_owner_of(raw))
+                            self._leases.pop((lock_id, column), None)
+                    if len(revoked) == len(targets):
                         return revoked
-                    continue  # it renewed meanwhile: look again
-                if owner is None:
+                    continue  # one renewed meanwhile: look again
+                if owner is None or revoked:
                     return revoked
                 for cell in state.queue:
                     try:
@@ -899,7 +964,8 @@ class Watcher:
                 holder = HolderRecord.decode(holder_raw)
             except StoreError:
                 holder = None  # malformed: treated as an orphan by the scan
-        return _LockState(holder_raw, holder, row.get(FENCE_COLUMN), queue, backoff, shadow)
+        slots = {column: row[column] for column in holder_columns(row)}
+        return _LockState(holder_raw, holder, row.get(FENCE_COLUMN), queue, backoff, shadow, slots, row.get("~limit"))
 
     def queue_start(self, lock_id: str) -> str:
         """Where a read of this lock's queue starts: its published watermark."""
@@ -918,14 +984,23 @@ class Watcher:
         state = self._read(lock_id)
         now = self._monotonic()
         token, fence_owner = parse_fence(state.fence)
-        holders = [state.holder.owner] if state.holder is not None else []
+        records: dict[str, HolderRecord] = {}
+        for column, raw in state.slots.items():
+            try:
+                records[column] = HolderRecord.decode(raw)
+            except StoreError:
+                continue  # malformed: treated as an orphan by the scan
+        holders = [h.owner for h in records.values()]
         holders += [c.column for c in state.backoff if c.column not in holders]
+        tickets = {h.ticket for h in records.values()}
         leases: dict[str, LeaseView] = {}
+        slots: dict[str, LeaseView] = {}
+        modes: dict[str, str] = {}
         with self._lock:
-            if state.holder is not None and state.holder_raw is not None:
-                h = state.holder
-                age = self._age((lock_id, HOLDER_COLUMN), state.holder_raw, now)
-                leases[h.owner] = LeaseView(h.owner, h.ticket, h.version, h.lease, True, age, h.token)
+            for column, h in records.items():
+                age = self._age((lock_id, column), state.slots[column], now)
+                seen = LeaseView(h.owner, h.ticket, h.version, h.lease, True, age, h.token, h.since, h.until)
+                leases[h.owner] = slots[column] = seen
             queue: list[tuple[str, str]] = []
             for cell in state.queue:
                 try:
@@ -934,11 +1009,14 @@ class Watcher:
                     queue.append((cell.column, "?"))
                     continue
                 queue.append((cell.column, record.owner))
-                if state.holder is not None and cell.column == state.holder.ticket:
+                if record.mode:
+                    modes[cell.column] = record.mode
+                if cell.column in tickets:
                     continue
                 age = self._age((lock_id, cell.column), cell.value, now)
                 leases[record.owner] = LeaseView(record.owner, cell.column, record.version, record.lease, False, age)
-        return LockView(lock_id, holders, token, fence_owner, queue, leases, queue[0][0] if queue else None)
+        head = queue[0][0] if queue else None
+        return LockView(lock_id, holders, token, fence_owner, queue, leases, head, slots, modes, state.limit)
 
     def page(
         self, *, after: str | None = None, limit: int = 100, prefix: str = ""
@@ -965,8 +1043,9 @@ class Watcher:
         with self._lock:
             for lock_id in ids:
                 row = rows.get(lock_id, {})
-                raw = row.get(HOLDER_COLUMN)
-                keys = [] if raw is None else [((lock_id, HOLDER_COLUMN), raw)]
+                columns = holder_columns(row)
+                raw = row[columns[0]] if columns else None  # a lock's holder; a semaphore's first slot
+                keys = [((lock_id, column), row[column]) for column in columns]
                 keys += [((lock_id, c.column), c.value) for c in queues.get(lock_id, ())]
                 seen = [self._observed(key, value) for key, value in keys]
                 known = [round(now - obs.changed_at, 3) for obs in seen if obs is not None]

@@ -9,12 +9,15 @@ lock = locker.try_get_lock("sms:42")                # never waits; None if busy
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from lockclient.clock import AsyncTimeServiceClock, GlobalClock, StoreClock, TimeServiceClock
 from lockclient.errors import (
     ChronolockError,
     ClockError,
     ConfigurationError,
     InvalidLockId,
+    LimitMismatch,
     LockCancelled,
     LockError,
     LockLost,
@@ -33,6 +36,9 @@ from lockclient.locker import LockStatus, QueueEntry, RemoteLock, RemoteLocker
 from lockclient.shutdown import exit_on_sigterm
 from lockclient.store import CellStore, open_store
 
+if TYPE_CHECKING:
+    from lockclient.permits import Permit
+
 __all__ = [
     "AsyncTimeServiceClock",
     "CellStore",
@@ -42,6 +48,7 @@ __all__ = [
     "FencedResource",
     "GlobalClock",
     "InvalidLockId",
+    "LimitMismatch",
     "LockCancelled",
     "LockError",
     "LockLost",
@@ -49,6 +56,7 @@ __all__ = [
     "LockReentered",
     "LockStatus",
     "LockTimeout",
+    "Permit",
     "QueueEntry",
     "RemoteLock",
     "RemoteLocker",
@@ -64,3 +72,13 @@ __all__ = [
     "exit_on_sigterm",
     "open_store",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Permit (semaphores, read-write locks) is loaded when first named: lockclient.permits imports
+    # asyncio and greenlet, which ``import lockclient`` does not pay for (issue 25: import time).
+    if name == "Permit":
+        from lockclient.permits import Permit
+
+        return Permit
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
+from lockclient.clock import take_ticket_time
 from lockclient.errors import LockCancelled, LockTimeout, StoreError, StoreOutcomeUnknown, StoreUnavailable
 from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, format_fence, parse_fence, removal
 from lockclient.logs import get_logger
@@ -107,6 +108,9 @@ class Acquisition:
     loop for ``aget_lock``, virtual time in the simulator)."""
     wakeups: Wakeups | None = None
     """Wake-ups as this acquisition's runtime waits for them (None: the locker's)."""
+    stamp_grant: bool = False
+    """Read global time just before the grant and put it in the holder record (``since``): an
+    election's ``leader()`` says since when its leader leads."""
 
     def io(self, fn: Callable[[], T]) -> T:
         """A call that may block on I/O the runtime cannot wait for by itself (the clock's HTTP)."""
@@ -174,6 +178,8 @@ def take(
     *,
     also_expect: Mapping[str, str | None] | None = None,
     tries: int = 3,
+    column: str = HOLDER_COLUMN,
+    also_set: Mapping[str, str | None] | None = None,
 ) -> HeldLease | str | None:
     """The compare-and-set that grants the lock and issues its fencing token, in one round:
     ``~holder`` absent and ``~fence`` = n  →  ``~holder`` = me (v1, token n+1), ``~fence`` = n+1.
@@ -185,18 +191,27 @@ def take(
     so and returns the current value. ``also_expect``: more cells of the lock's row the grant
     is conditional on (the fair queue's watermark proposal, after an overlapped look).
     ``tries``: compare-and-sets at most (a stale ``fence`` is retried with the current one).
+    ``column``: the holder column to take (a slot's, ``~holder:<k>``, for primitives with several
+    holders: :mod:`lockclient.sharedqueue`); ``also_set``: cells of ``also_expect`` the grant
+    rewrites (a semaphore's limit, written by its first grant).
     """
     store = attempt.store
     for _ in range(tries):
         token = parse_fence(fence)[0] + 1
+        since = upper = 0
+        if attempt.stamp_grant:
+            # The interval global time is in now: its lower end goes in the record ("the term began
+            # at or after it"); its upper end, at least any time anybody saw before, dates min_hold.
+            upper = attempt.io(lambda: take_ticket_time(services.clock))
+            since = min(upper, attempt.io(services.clock.now_us))
         # A fresh attempt id for every grant attempt: the value is this call's alone, so finding
         # it in the store proves that this very attempt applied (and the lease is dated from its
         # start, taken before it was sent).
-        record = HolderRecord(owner, 1, services.lease, ticket, token, new_attempt_id(services.runtime))
+        record = HolderRecord(owner, 1, services.lease, ticket, token, new_attempt_id(services.runtime), since)
         value = record.encode()
         started = services.monotonic()
-        expected = {**(also_expect or {}), HOLDER_COLUMN: None, FENCE_COLUMN: fence}
-        updates = {HOLDER_COLUMN: value, FENCE_COLUMN: format_fence(token, owner)}
+        expected = {**(also_expect or {}), column: None, FENCE_COLUMN: fence}
+        updates = {**(also_set or {}), column: value, FENCE_COLUMN: format_fence(token, owner)}
         try:
             result = store.compare_and_set(attempt.lock_id, expected, updates)
             applied, current = result.applied, dict(result.current)
@@ -205,28 +220,35 @@ def take(
             # (finding 3 of issue 23: that one used to escape here and orphan the record), even
             # an error the store classified as "not applied" — the row decides: ours is adopted,
             # never left behind.
-            applied, current = _settle(services, attempt, record, exc)
+            applied, current = _settle(services, attempt, record, exc, column)
             if not applied and not isinstance(exc, StoreUnavailable):
                 raise  # refused for good (invalid, unauthorized): nothing of ours is there
         if applied:
-            return HeldLease(
-                attempt.lock_id, record, renewed_at=started, max_hold=attempt.max_hold, runtime=services.runtime
+            held = HeldLease(
+                attempt.lock_id,
+                record,
+                renewed_at=started,
+                max_hold=attempt.max_hold,
+                runtime=services.runtime,
+                column=column,
             )
+            held.granted_upper_us = upper
+            return held
         # Also when the store says "uncertain" (outcome unknown, the row changed since): had
         # our grant applied, the holder would still be us — only its owner or a revocation
         # after lease + grace removes a holder record — so another holder, or none with a
         # moved counter, means it did not.
-        holder = current.get(HOLDER_COLUMN)
+        holder = current.get(column)
         if holder is not None:
             return holder
-        if also_expect and any(current.get(column) != value for column, value in also_expect.items()):
+        if also_expect and any(current.get(name) != want for name, want in also_expect.items()):
             return None  # look again (a sequential look: it finishes the watermark handshake)
         fence = current.get(FENCE_COLUMN)
     return None
 
 
 def _settle(
-    services: Services, attempt: Acquisition, record: HolderRecord, cause: StoreError
+    services: Services, attempt: Acquisition, record: HolderRecord, cause: StoreError, column: str = HOLDER_COLUMN
 ) -> tuple[bool, dict[str, str | None]]:
     """The grant's outcome stayed unknown after the store's own re-reads (or it failed in a way
     the store could not classify): keep reading, within the caller's deadline. If the deadline
@@ -241,24 +263,25 @@ def _settle(
             remaining = attempt.remaining()
             cancelled = attempt.cancel is not None and attempt.cancel.is_set()
             if not isinstance(exc, StoreUnavailable) or cancelled or (remaining is not None and remaining <= pause):
-                _release_if_ours(services, attempt.lock_id, record)
+                _release_if_ours(services, attempt.lock_id, record, column)
                 log.warning("grant_outcome_unknown", lock_id=attempt.lock_id, error=str(exc), cause=str(cause))
                 attempt.check()
                 raise StoreOutcomeUnknown(f"the grant's outcome stayed unknown: {exc}") from exc
             attempt.runtime.sleep(pause)
             pause = min(pause * 2, 1.0)
             continue
-        holder = row.get(HOLDER_COLUMN)
-        return holder == value, {HOLDER_COLUMN: holder, FENCE_COLUMN: row.get(FENCE_COLUMN)}
+        holder = row.get(column)
+        current = {name: row.get(name) for name in row if name != column}
+        return holder == value, {**current, column: holder, FENCE_COLUMN: row.get(FENCE_COLUMN)}
 
 
-def _release_if_ours(services: Services, lock_id: str, record: HolderRecord) -> None:
+def _release_if_ours(services: Services, lock_id: str, record: HolderRecord, column: str = HOLDER_COLUMN) -> None:
     """In the background: end the holder record if it is the one we proposed (with an end record,
     like any release), until that is settled — applied, or the record is not ours."""
     value = record.encode()
 
     def run() -> None:
-        op = removal(lock_id, value, record, "released", runtime=services.runtime)
+        op = removal(lock_id, value, record, "released", runtime=services.runtime, column=column)
         services.store.compare_and_set(op.row, op.expected, op.updates)  # raises while unknown: retried
 
     services.keeper.defer(run, what="release an unconfirmed grant", lock_id=lock_id, give_up_after=services.lease * 3)

@@ -95,6 +95,7 @@ from lockclient.errors import (
 from lockclient.lockid import validate_lock_id
 from lockclient.logs import configure_logging
 from lockclient.redact import redact, strip_url_credentials
+from lockclient.runkinds import RunKind, parse_duration
 from lockclient.settings import (
     SERVICE_SECRET_ENV,
     ClientSettings,
@@ -324,6 +325,51 @@ def run(
             "CHRONOLOCK_STORE_URL). Default: they are removed from its environment.",
         ),
     ] = False,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            metavar="N",
+            help="Run under one of N permits of the semaphore NAME (up to N commands at once, first come, "
+            "first served), not under the lock NAME.",
+            show_default=False,
+        ),
+    ] = None,
+    shared: Annotated[
+        bool,
+        typer.Option(
+            "--shared",
+            help="Run under a read lock of the read-write lock NAME: with other --shared commands, never with an "
+            "--exclusive one; a waiting --exclusive command is not overtaken.",
+        ),
+    ] = False,
+    exclusive: Annotated[
+        bool, typer.Option("--exclusive", help="Run under the write lock of the read-write lock NAME (alone).")
+    ] = False,
+    max_readers: Annotated[
+        int, typer.Option("--max-readers", metavar="N", help="Readers of the read-write lock at once, at most.")
+    ] = 16,
+    once_per: Annotated[
+        str | None,
+        typer.Option(
+            "--once-per",
+            metavar="DURATION",
+            help="Run at most once per DURATION (e.g. 1h, 15m, 90s) across every host that fires this (cron): "
+            "never waits; exit 0 without running if the job ran within DURATION - tolerance of global time, "
+            "or runs now. Judged by global time, never a host's clock.",
+            show_default=False,
+        ),
+    ] = None,
+    tolerance: Annotated[
+        str | None,
+        typer.Option(
+            "--tolerance",
+            metavar="DURATION",
+            help="With --once-per: how far apart the hosts' firings of one period may be (default min(period/4, "
+            "60s); at most period/2). Runs start at least period - tolerance apart.",
+            show_default=False,
+        ),
+    ] = None,
     verbose: Verbose = 0,
     log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
@@ -337,7 +383,13 @@ def run(
     not renewed, the group is terminated before the lease can run out. A paused lockctl is covered only
     by the fencing token, and processes that leave the group (setsid, daemons) are not covered.
 
+    With --limit N, --shared / --exclusive or --once-per DURATION, COMMAND runs under a semaphore's permit, a
+    read or write lock, or a once-per-period hold instead (examples: lockctl run --limit 3 db-pool -- ./backup.sh;
+    lockctl run --shared catalog -- ./read-catalog.sh; lockctl run --once-per 1h nightly -- ./report.sh from cron
+    on every host).
+
     Exit status: COMMAND's own (128+N if killed by signal N);
+    0 without running COMMAND: --once-per found the job done (or running) for this period;
     75 (or -E CODE) lock busy (--try) or --timeout ran out;
     70 lock lost or lease running out while COMMAND ran (COMMAND was terminated);
     69 store unavailable; 2 bad usage (also --kill-grace too long for the lease); 78 bad or unknown CHRONOLOCK_*
@@ -363,6 +415,7 @@ def run(
         _fail(EXIT_USAGE, "error: --try and --timeout exclude each other (--try never waits)")
     if not command:
         _fail(EXIT_USAGE, "error: no command given: lockctl run NAME -- COMMAND [ARGS]...")
+    how = _run_kind(limit, shared, exclusive, max_readers, once_per, tolerance, try_=try_, timeout=timeout)
 
     from lockclient.locker import RemoteLocker
 
@@ -400,10 +453,35 @@ def run(
                 pass_secrets=pass_secrets,
                 conflict_exit_code=conflict_exit_code,
                 verbose=verbose > 0,
+                how=how,
             )
         finally:
             locker.close()
     raise typer.Exit(code)
+
+
+def _run_kind(
+    limit: int | None,
+    shared: bool,
+    exclusive: bool,
+    max_readers: int,
+    once_per: str | None,
+    tolerance: str | None,
+    *,
+    try_: bool,
+    timeout: float | None,
+) -> RunKind:
+    """``run``'s --limit / --shared / --exclusive / --once-per, checked (exit 2 when they cannot go together)."""
+    try:
+        period = None if once_per is None else parse_duration(once_per)
+        slack = None if tolerance is None else parse_duration(tolerance)
+    except ValueError as exc:
+        _fail(EXIT_USAGE, f"error: {exc}")
+    how = RunKind(limit, shared, exclusive, max_readers, period, slack)
+    problem = how.problem(try_=try_, timeout=timeout)
+    if problem is not None:
+        _fail(EXIT_USAGE, f"error: {problem}")
+    return how
 
 
 def _run_locked(
@@ -418,13 +496,23 @@ def _run_locked(
     pass_secrets: bool = False,
     conflict_exit_code: int = EXIT_BUSY,
     verbose: bool = False,
+    how: RunKind | None = None,
 ) -> int:
     lock: RemoteLock | None
     started = time.monotonic()
     progress = _Progress(locker, name) if verbose and not try_ else None
     with _clear_errors():
         try:
-            if try_:
+            if how is not None and (how.kind != "lock" or how.once_per is not None):
+                lock = how.acquire(locker, name, timeout=timeout, try_=try_, cancel=trap.event)
+                if lock is None and how.once_per is not None:
+                    logging.getLogger("lockctl").info(
+                        "once-per: %r ran within the last %gs of global time, or runs now: skipped", name, how.min_hold
+                    )
+                    return 0
+                if lock is None:
+                    _fail(conflict_exit_code, f"{how.describe(name)} is busy; not waiting (--try)")
+            elif try_:
                 lock = locker.try_get_lock(name)
                 if lock is None:
                     _fail(conflict_exit_code, f"lock {name!r} is busy (held or awaited); not waiting (--try)")
@@ -437,7 +525,8 @@ def _run_locked(
                     if progress is not None:
                         progress.stop()
         except LockTimeout:
-            _fail(conflict_exit_code, f"timed out after {timeout:g} s waiting for lock {name!r}")
+            what = how.describe(name) if how is not None else f"lock {name!r}"
+            _fail(conflict_exit_code, f"timed out after {timeout:g} s waiting for {what}")
         except LockCancelled:
             sig = trap.first or signal.SIGTERM
             _fail(128 + sig, f"{_signal_name(sig)} while waiting for lock {name!r}; nothing was run")
@@ -541,7 +630,13 @@ def child_environment(environ: dict[str, str], *, pass_secrets: bool = False) ->
 
 
 def _supervise(
-    lock: RemoteLock, command: list[str], trap: _SignalTrap, kill_grace: float, *, pass_secrets: bool = False
+    lock: RemoteLock,
+    command: list[str],
+    trap: _SignalTrap,
+    kill_grace: float,
+    *,
+    pass_secrets: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> int:
     """Run the command under supervision (lockclient.supervisor); return lockctl's exit status."""
     refusal = _why_not_start(lock, kill_grace)
@@ -549,11 +644,14 @@ def _supervise(
         _say(refusal)
         return EXIT_LOCK_LOST
     env = child_environment(dict(os.environ), pass_secrets=pass_secrets)
+    name = getattr(lock, "name", lock.lock_id)  # a semaphore's or read-write lock's name, not its row
     env.update(
-        CHRONOLOCK_LOCK_ID=lock.lock_id,
+        CHRONOLOCK_LOCK_ID=name,
         CHRONOLOCK_FENCING_TOKEN=str(lock.fencing_token),
         CHRONOLOCK_LOCK_OWNER=lock.owner,
+        CHRONOLOCK_LOCK_KIND=getattr(lock, "kind", "lock"),
     )
+    env.update(extra_env or {})
 
     def say(message: str) -> None:
         _say(f"lock {lock.lock_id!r}: {message}")
@@ -862,6 +960,10 @@ def settings_command(
     with _clear_errors():
         current = ClientSettings()
     typer.echo(settings_report(current, program="lockctl", as_json=as_json))
+
+
+# `lockctl elect` and `lockctl watch` (issue 26) live in their own module; importing it registers them.
+from lockclient import cli_primitives as _cli_primitives  # noqa: E402, F401
 
 
 def main() -> None:

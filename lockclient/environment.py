@@ -110,6 +110,8 @@ RUNTIME_ENV: Final = frozenset(
         "CHRONOLOCK_LOCK_ID",
         "CHRONOLOCK_FENCING_TOKEN",
         "CHRONOLOCK_LOCK_OWNER",
+        "CHRONOLOCK_LOCK_KIND",  # lock, semaphore, rwlock or election (issue 26)
+        "CHRONOLOCK_TERM",  # `lockctl elect`: the leader's term (= its fencing token)
         # `make up` (scripts/up.py): the first of its four ports; its children inherit it.
         "CHRONOLOCK_UP_PORT",
     }

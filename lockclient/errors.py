@@ -20,6 +20,8 @@ Every error the library or a service raises on purpose derives from
           ├── LockTimeout            ``get_lock(timeout=...)`` ran out
           ├── LockCancelled          a pending ``get_lock`` was cancelled
           ├── LockReentered          ``get_lock`` of a lock the same thread or task already holds
+          ├── LimitMismatch          a semaphore (read-write lock) used with another limit
+          │                          (max_readers) than its holders use
           └── LockNotOwned           the caller does not own the lock (revoked, expired, released)
                └── LockLost          the lease was revoked or could not be renewed in time
 """
@@ -31,6 +33,7 @@ __all__ = [
     "ClockError",
     "ConfigurationError",
     "InvalidLockId",
+    "LimitMismatch",
     "LockCancelled",
     "LockError",
     "LockLost",
@@ -109,6 +112,12 @@ class LockError(ChronolockError):
 
 class InvalidLockId(LockError, ValueError):
     """The lock id is empty, too long, or contains control characters."""
+
+
+class LimitMismatch(LockError, ValueError):
+    """A semaphore was asked for with another ``limit`` (a read-write lock with another
+    ``max_readers``) than the one its holders use: the limit is stored with the primitive, and
+    changes only while nobody holds it."""
 
 
 class LockTimeout(LockError, TimeoutError):

@@ -94,6 +94,7 @@ from typing import ClassVar, TypeVar
 from lockclient.algorithm import Acquisition, Services, take
 from lockclient.clock import settle_ticket_time, take_ticket_time
 from lockclient.errors import StoreError, StoreUnavailable
+from lockclient.hold import lapse_parked
 from lockclient.lease import (
     FENCE_COLUMN,
     HOLDER_COLUMN,
@@ -168,7 +169,11 @@ class FairQueue:
         store, lock_id = attempt.store, attempt.lock_id
         start = self.s.watermarks.start(lock_id)
         head, row = store.execute_all([ReadRow(Table.QUEUE, lock_id, start, 1), ReadVersioned(lock_id, serial=False)])
-        return bool(head) or HOLDER_COLUMN in row
+        holder = row.get(HOLDER_COLUMN)
+        if head or holder is None:
+            return bool(head)
+        left = lapse_parked(self.s, attempt, holder)  # min_hold: a parked record past its time goes
+        return left is None or left > 0
 
     def _enqueue(self, attempt: Acquisition, quiet: _Quiet | None) -> tuple[WaiterLease, _Look]:
         """Listing 5: a ticket from global time; the queue cell (our lease) and the index entry
@@ -320,6 +325,13 @@ class FairQueue:
                 next_after_holder = len(mine_and_before) <= 2  # nobody's cell ahead of the one ahead
                 fenced_by_watermark = None
             holder: str | None = row.get(HOLDER_COLUMN)
+            parked_left: float | None = None
+            if predecessor is None and holder is not None:
+                # min_hold (lockclient.hold): a parked record is the holder until global time passes
+                # its `until`; then whoever finds it removes it and looks again.
+                parked_left = lapse_parked(self.s, attempt, holder)
+                if parked_left == 0.0:
+                    continue
             if predecessor is None and holder is None:
                 taken = take(
                     self.s, attempt, waiter.owner, ticket, row.get(FENCE_COLUMN), also_expect=fenced_by_watermark
@@ -350,6 +362,8 @@ class FairQueue:
             progress = (watch, holder)
             delay = min(delay * 2, self.s.poll_max) if progress == last else self.s.poll_min
             last = progress
+            if parked_left is not None:
+                delay = min(delay, max(parked_left, self.s.poll_min))
             attempt.check()
             settle()
             local = owner_host(ahead) == self.s.runtime.host()
@@ -432,7 +446,7 @@ class FairQueue:
         pending = store.begin([Delete(Table.QUEUE, lease.lock_id, lease.ticket, self.s.timestamps.next())])
         clean = lease.release(store)
         pending.wait()
-        if clean and not lease.contended:
+        if clean and not lease.contended and not lease.parked:
             # Nobody was waiting for it: the next acquisition here sends its grant with the enqueue.
             self._quiet.put(lease.lock_id, _Quiet(format_fence(lease.token, lease.owner), lease.proposal_seen))
         return clean

@@ -38,6 +38,8 @@ _RENEW, _EXPIRE, _TASK = "renew", "expire", "task"
 
 BATCH_MAX = 256
 """Holder renewals sent together at most (one transaction on SQLite, overlapped on Cassandra)."""
+BUSY_RETRY_S = 0.01
+"""A holder renewal that could not run because its lease was busy is tried again this much later."""
 BATCH_AHEAD_S = 0.05
 """A renewal due this soon joins a batch now: renewing a few milliseconds early costs nothing."""
 
@@ -293,7 +295,11 @@ class Keeper:
                 if lease.ended or lease.lost.is_set():
                     self._holders.discard(lease)
                 elif lease in self._holders:
-                    self._push(lease.next_due(), _RENEW, lease)
+                    # Not before BUSY_RETRY_S from now: a lease a batch skipped because it was busy (a
+                    # release holds its mutex across a store call) is still due, and rescheduled at its
+                    # past due time it was dispatched again and again while the release waited — a hot
+                    # loop (found by the simulator, whose timers never fire while a task is ready).
+                    self._push(max(lease.next_due(), self._monotonic() + BUSY_RETRY_S), _RENEW, lease)
                     self._push(lease.valid_until(), _EXPIRE, lease)
             elif isinstance(lease, WaiterLease):
                 if lease.ended:

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -71,21 +71,54 @@ __all__ = [
     "ENDED_COLUMN",
     "FENCE_COLUMN",
     "HOLDER_COLUMN",
+    "SLOT_PREFIX",
     "HeldLease",
     "HolderRecord",
     "LeaseRecord",
     "LostEvent",
     "WaiterLease",
     "WaiterRecord",
+    "ended_column_for",
     "format_fence",
+    "holder_columns",
+    "is_holder_column",
     "parse_fence",
     "removal",
+    "slot_column",
 ]
 
 HOLDER_COLUMN = "~holder"
 """The holder's lease record in the lock's row of the lease table."""
 FENCE_COLUMN = "~fence"
 """The fencing counter in the same row: ``"<n>|<owner that took n>"``."""
+SLOT_PREFIX = "~holder:"
+"""Primitives with several holders (:mod:`lockclient.sharedqueue`: semaphores, readers of a
+read-write lock) keep one holder record per *slot*, ``~holder:<k>``, beside the fencing counter.
+Each slot is a lease exactly like ``~holder`` — renewed, released and revoked by compare-and-set
+on its own value, with its own end record ``~ended:<k>`` — so everything below applies to a slot
+unchanged; only the column differs."""
+
+
+def slot_column(slot: int) -> str:
+    """The holder column of slot ``slot`` (``~holder:<slot>``)."""
+    return f"{SLOT_PREFIX}{slot}"
+
+
+def is_holder_column(column: str) -> bool:
+    """``~holder`` or a slot's ``~holder:<k>``."""
+    return column == HOLDER_COLUMN or column.startswith(SLOT_PREFIX)
+
+
+def ended_column_for(column: str) -> str:
+    """The end record column of a holder column: ``~ended`` for ``~holder``, ``~ended:<k>`` for a slot."""
+    return ENDED_COLUMN + column[len(HOLDER_COLUMN) :]
+
+
+def holder_columns(row: Mapping[str, str]) -> list[str]:
+    """The holder columns present in a lease row, ``~holder`` first, then the slots in order."""
+    columns = [column for column in row if is_holder_column(column)]
+    return sorted(columns, key=lambda c: (c != HOLDER_COLUMN, len(c), c))
+
 
 log = get_logger("lockclient.lease")
 
@@ -113,12 +146,25 @@ class HolderRecord:
     """The id of the compare-and-set that wrote this value (grant or renewal): unique per call, so
     two attempts of the same change never write the same value. Empty in records written before
     attempt ids existed (still decoded)."""
+    since: int = 0
+    """Global time (µs) read just before the grant's compare-and-set was sent: the hold began at or
+    after it, within that compare-and-set's round trip. Only acquisitions that ask for it stamp it
+    (an election's ``leader()`` answers "since when"); 0 otherwise."""
+    until: int = 0
+    """Non-zero: the record is *parked* — its owner released it before its ``min_hold`` was over,
+    and the lock stays held until global time reaches this (µs). Nobody renews a parked record; a
+    contender whose global clock has passed ``until`` removes it, and leasewatch does after its
+    ``lease`` (set to the rest of the hold, with a margin) if nobody comes."""
 
     def encode(self) -> str:
         data: dict[str, object] = {"o": self.owner, "v": self.version, "l": self.lease, "t": self.ticket}
         data["f"] = self.token
         if self.attempt:
             data["a"] = self.attempt
+        if self.since:
+            data["s"] = self.since
+        if self.until:
+            data["u"] = self.until
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -132,6 +178,8 @@ class HolderRecord:
                 str(data["t"]),
                 int(data["f"]),
                 str(data.get("a", "")),
+                int(data.get("s", 0)),
+                int(data.get("u", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"malformed holder record {raw[:100]!r}") from exc
@@ -145,15 +193,24 @@ class HolderRecord:
         return EndRecord(self.token, self.owner, how, attempt or new_attempt_id(runtime)).encode()
 
 
-def removal(lock_id: str, value: str, record: HolderRecord, how: How, *, runtime: Runtime = THREADS) -> CompareAndSet:
+def removal(
+    lock_id: str,
+    value: str,
+    record: HolderRecord,
+    how: How,
+    *,
+    runtime: Runtime = THREADS,
+    column: str = HOLDER_COLUMN,
+) -> CompareAndSet:
     """The compare-and-set that ends the holder record ``value`` of ``lock_id`` (its owner's
     release, or a revocation): delete it if it is exactly that value, and write its end record —
     whatever ``~ended`` held, the previous holder's end (:data:`~lockclient.store.base.ANY`).
-    A fresh attempt id per call."""
+    A fresh attempt id per call. ``column``: a slot's holder column (its end record is the slot's)."""
+    ended = ended_column_for(column)
     return CompareAndSet(
         lock_id,
-        {HOLDER_COLUMN: value, ENDED_COLUMN: ANY},
-        {HOLDER_COLUMN: None, ENDED_COLUMN: record.end(how, runtime=runtime)},
+        {column: value, ended: ANY},
+        {column: None, ended: record.end(how, runtime=runtime)},
     )
 
 
@@ -164,15 +221,21 @@ class WaiterRecord:
     owner: str
     version: int
     lease: float
+    mode: str = ""
+    """What the waiter wants, where a primitive has several kinds of holder: ``"r"`` (a reader of a
+    read-write lock) or ``"w"`` (its writer); empty for a lock or a semaphore."""
 
     def encode(self) -> str:
-        return json.dumps({"o": self.owner, "v": self.version, "l": self.lease}, separators=(",", ":"), sort_keys=True)
+        data: dict[str, object] = {"o": self.owner, "v": self.version, "l": self.lease}
+        if self.mode:
+            data["k"] = self.mode
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def decode(cls, raw: str) -> WaiterRecord:
         data = _loads(raw, "queue cell")
         try:
-            return cls(str(data["o"]), int(data["v"]), float(data["l"]))
+            return cls(str(data["o"]), int(data["v"]), float(data["l"]), str(data.get("k", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"malformed queue cell {raw[:100]!r}") from exc
 
@@ -253,8 +316,12 @@ class HeldLease:
         max_hold: float | None = None,
         runtime: Runtime = THREADS,
         monotonic: Callable[[], float] | None = None,
+        column: str = HOLDER_COLUMN,
     ) -> None:
-        """``monotonic`` overrides the runtime's clock (tests move time by hand)."""
+        """``monotonic`` overrides the runtime's clock (tests move time by hand). ``column``: the
+        holder column this lease lives in (a slot's, for primitives with several holders)."""
+        self.column = column
+        self.ended_column = ended_column_for(column)
         self.lock_id = lock_id
         self.owner = record.owner
         self.ticket = record.ticket
@@ -274,6 +341,9 @@ class HeldLease:
         """Monotonic start of the queue read after which it was granted (fair queue only)."""
         self.contended = False
         """It had to wait for its turn: others are likely queued behind it when it releases."""
+        self.granted_upper_us = 0
+        """With a stamped grant: the upper end of global time's interval read just before the grant's
+        compare-and-set — at least any global time anybody saw before (:mod:`lockclient.hold`)."""
         self.proposal_seen: str | None = None
         """Fair queue: the lock's watermark proposal as the look before the grant read it."""
         self._pending: dict[str, tuple[HolderRecord, float]] = {}
@@ -286,6 +356,16 @@ class HeldLease:
         """Our record was found gone or replaced while a release of ours may have landed: the next
         step reads the end record instead of renewing."""
         self._released_clean = False
+        self.park_until = 0
+        """Set before :meth:`release` by a holder with ``min_hold`` left: the release *parks* the
+        record (see :attr:`HolderRecord.until`) instead of removing it."""
+        self.park_lease = 0.0
+        """The parked record's lease length (the rest of the hold, with a margin): when leasewatch
+        may remove it if no contender does."""
+        self._parked: set[str] = set()
+        """Values of parking attempts sent (an outcome left unknown): finding one proves it landed."""
+        self.parked = False
+        """The release parked the record (it stays until ``park_until``)."""
         self.releasing = False
         """release() was called while the lease was valid: from now on ``lost`` fires only for a
         revocation — an end record naming one, or the record gone before any release of ours was
@@ -371,7 +451,7 @@ class HeldLease:
         attempt id, also when it repeats a renewal whose outcome is unknown."""
         new = self.record.renewed(self.runtime)
         new_value = new.encode()
-        op = CompareAndSet(self.lock_id, {HOLDER_COLUMN: self.value}, {HOLDER_COLUMN: new_value})
+        op = CompareAndSet(self.lock_id, {self.column: self.value}, {self.column: new_value})
         return op, new, new_value
 
     def settle_renewal(
@@ -394,8 +474,11 @@ class HeldLease:
             self._adopt(new, started, value=new_value)
             metrics.RENEWALS.labels("ok").inc()
             return "ok", None
-        current = outcome.current.get(HOLDER_COLUMN)
+        current = outcome.current.get(self.column)
         found = judge_answer(current, ours=self.value, pending=self._pending, release_sent=self._release_sent)
+        if found is Found.READ_END and current in self._parked:
+            found = Found.RELEASED  # our parking landed (its answer was lost): released
+            self._end(clean=True, parked=True)
         if found is Found.PENDING:
             assert current is not None
             self._adopt(*self._pending[current], value=current)
@@ -405,9 +488,11 @@ class HeldLease:
             # the next holder been granted since. Who ended our record decides, not "it is gone".
             self._read_end = True
             return "again", None
-        if found is Found.OURS:
-            # Refused while holding exactly what it expected: not a loss; try again later.
-            self.renew_failures += 1
+        if found is Found.OURS or found is Found.RELEASED:
+            # Refused while holding exactly what it expected: not a loss; try again later. (Or
+            # released: then nothing renews it again.)
+            if found is Found.OURS:
+                self.renew_failures += 1
             return "error", None
         metrics.RENEWALS.labels("revoked").inc()
         return "lost", "lease revoked" if current is None else "lease record changed by another writer"
@@ -427,23 +512,27 @@ class HeldLease:
         if verdict is Found.RELEASED:
             return "ok", None
         metrics.RENEWALS.labels("revoked").inc()
-        return "lost", "lease revoked" if row.get(HOLDER_COLUMN) is None else "lease record changed by another writer"
+        return "lost", "lease revoked" if row.get(self.column) is None else "lease record changed by another writer"
 
     def _settled(self, row: dict[str, str], seen_at: float) -> Found:
         """Apply :func:`lockclient.settle.settle_end` to a row read linearizably (caller holds the
         mutex): adopts a pending value, or ends the lease when our release landed."""
+        if row.get(self.column) in self._parked:
+            self._end(clean=True, parked=True)
+            return Found.RELEASED
         settled = settle_end(
             row,
             ours=self.value,
             pending=self._pending,
             token=self.token,
             owner=self.owner,
-            holder_column=HOLDER_COLUMN,
+            holder_column=self.column,
+            ended_column=self.ended_column,
             release_sent=self._release_sent,
             seen_before_valid_until=seen_at < self.valid_until(),
         )
         if settled.found is Found.PENDING:
-            current = row[HOLDER_COLUMN]
+            current = row[self.column]
             self._adopt(*self._pending[current], value=current)
         elif settled.found is Found.RELEASED:
             if not settled.proven:
@@ -460,24 +549,29 @@ class HeldLease:
         self._pending.clear()
 
     def release(self, store: CellStore) -> bool:
-        """Delete the record if it is still ours, writing our end record. True if it was ours
+        """Delete the record if it is still ours, writing our end record — or, with
+        :attr:`park_until` set, park it (see :attr:`HolderRecord.until`). True if it was ours
         until now; False if it had been revoked (the lock was lost). Raises StoreError when the
         outcome stays unknown — the caller retries, and a retry recognises an earlier success by
-        its end record."""
+        its end record (or its parked value)."""
         with self._mutex:
             if self.ended:
                 return self._released_clean
             for _ in range(3):
-                op = removal(self.lock_id, self.value, self.record, "released", runtime=self.runtime)
+                parking = bool(self.park_until)
+                op = self._parking() if parking else self._removal()
                 try:
                     result = store.compare_and_set(op.row, op.expected, op.updates)
                 except StoreError:
                     self._release_sent = True  # it may have landed: a later "gone" may be ours
                     raise
                 if result.applied:
-                    self._end(clean=True)
+                    self._end(clean=True, parked=parking)
                     return True
-                current = result.current.get(HOLDER_COLUMN)
+                current = result.current.get(self.column)
+                if current is not None and current in self._parked:
+                    self._end(clean=True, parked=True)  # an earlier parking of ours landed
+                    return True
                 sent = self._release_sent or result.uncertain  # an uncertain answer may be ours
                 found = judge_answer(current, ours=self.value, pending=self._pending, release_sent=sent)
                 if found is Found.PENDING:
@@ -498,13 +592,28 @@ class HeldLease:
             # caller retries later, and nothing is reported lost.
             raise StoreUnavailable(f"release of {self.lock_id!r} was refused while the record is ours")
 
+    def _removal(self) -> CompareAndSet:
+        return removal(self.lock_id, self.value, self.record, "released", runtime=self.runtime, column=self.column)
+
+    def _parking(self) -> CompareAndSet:
+        """Our record → the same record parked until :attr:`park_until` (a new version and attempt
+        id, not renewed by anyone: its lease is the rest of the hold, so leasewatch leaves it be
+        until then). The queue cell goes as in any release; the fencing counter stays, so nobody
+        can be granted over the parked record (the grant expects no holder)."""
+        parked = replace(
+            self.record.renewed(self.runtime), until=self.park_until, lease=max(self.park_lease, 0.001)
+        ).encode()
+        self._parked.add(parked)
+        return CompareAndSet(self.lock_id, {self.column: self.value}, {self.column: parked})
+
     def note_release_attempt(self) -> None:
         """A release call raised (outcome unknown): a later "already gone" may be our own doing."""
         self._release_sent = True
 
-    def _end(self, *, clean: bool) -> None:
+    def _end(self, *, clean: bool, parked: bool = False) -> None:
         self.ended = True
         self._released_clean = clean
+        self.parked = self.parked or parked
 
     # -- lost signal ---------------------------------------------------------------------
 
@@ -554,18 +663,27 @@ class WaiterLease:
         lease: float,
         *,
         runtime: Runtime = THREADS,
+        mode: str = "",
     ) -> None:
+        """``mode``: what the waiter wants (:attr:`WaiterRecord.mode`)."""
         self.lock_id = lock_id
         self.owner = owner
         self.ticket = ticket
         self.lease = lease
         self.monotonic = monotonic = runtime.monotonic
-        self.record = WaiterRecord(owner, 1, lease)
+        self.record = WaiterRecord(owner, 1, lease, mode)
         self.renewed_at = monotonic()
         self.enqueued_at: float | None = None
         self.renew_failures = 0
         self.last_attempt_at = self.renewed_at
         self.ended = False
+        self.interrupted = False
+        """A renewal started a lease or more after the last successful one (the store was away):
+        leasewatch may have revoked the cell meanwhile, and a revoked cell's tombstone shadows every
+        later renewal — which still *succeeds* (a plain write that loses to a newer tombstone). From
+        then on only a look, never :meth:`alive`, says whether the cell is there (found by the
+        simulator: a waiter cut off from the store for a lease was handed the lock over the waiters
+        behind it, its cell long gone)."""
         self._mutex = runtime.lock()  # serializes renewals (held across the store call)
         self._state = threading.Lock()  # never held across a call: see renew()
 
@@ -581,8 +699,9 @@ class WaiterLease:
     def alive(self) -> bool:
         """No revocation can have removed our cell yet: the last renewal (or the enqueue) started
         less than a lease ago by our clock, and leasewatch waits a lease plus a grace past the last
-        change it saw before it revokes."""
-        return self.monotonic() - self.renewed_at < self.lease
+        change it saw before it revokes — and no renewal ever came a lease or more after the one
+        before it (see :attr:`interrupted`)."""
+        return not self.interrupted and self.monotonic() - self.renewed_at < self.lease
 
     def renew(self, store: CellStore, timestamp: Callable[[], int]) -> None:
         with self._mutex:
@@ -602,6 +721,8 @@ class WaiterLease:
                 self.renew_failures += 1
                 log.warning("waiter_renewal_failed", lock_id=self.lock_id, owner=self.owner, error=str(exc))
                 return
+            if started - self.renewed_at >= self.lease:
+                self.interrupted = True
             self.record, self.renewed_at, self.renew_failures = record, started, 0
 
     def end(self) -> None:

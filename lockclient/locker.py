@@ -29,10 +29,10 @@ import contextlib
 import math
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from lockclient import metrics, shutdown
 from lockclient.algorithm import Acquisition, Algorithm, Services, Timestamps
@@ -40,6 +40,7 @@ from lockclient.backoff import Backoff
 from lockclient.clock import GlobalClock, StoreClock, TimeServiceClock
 from lockclient.errors import LockCancelled, LockLost, LockNotOwned, LockReentered, LockTimeout, StoreError
 from lockclient.fairqueue import FairQueue
+from lockclient.hold import check_min_hold, hold_until, prepare_park
 from lockclient.keeper import Keeper
 from lockclient.lease import (
     FENCE_COLUMN,
@@ -53,6 +54,7 @@ from lockclient.lease import (
 from lockclient.lockid import INDEX_SHARDS, index_shard, ticket_time, validate_lock_id
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Event, Runtime
+from lockclient.sharedqueue import Shape, SharedQueue
 from lockclient.store import CellStore, Table
 from lockclient.store.counting import CountingStore, OpCounts
 from lockclient.wake import LOCAL_WAKEUPS, QUIET_HOLD_S, InProcessSignals, Waker, Wakeups, Watch
@@ -60,6 +62,10 @@ from lockclient.watermark import Watermarks
 
 if TYPE_CHECKING:
     import asyncio
+
+    from lockclient.election import Election
+    from lockclient.events import LockEvent
+    from lockclient.permits import Permit
 
 # asyncio and the asyncio runtime (greenlet) are imported by the async methods that use them:
 # an application that never awaits a lock does not pay for them at import (issue 25: import time).
@@ -105,6 +111,12 @@ class LockStatus:
     leases: dict[str, LeaseRecord]
 
 
+class Releases(Protocol):
+    """What releases a held lease (an :class:`Algorithm`, or the shared queue of semaphores)."""
+
+    def release(self, lease: HeldLease, store: CellStore) -> bool: ...
+
+
 class RemoteLock:
     """A held lock. Use as a context manager, or call :meth:`release`.
 
@@ -113,6 +125,13 @@ class RemoteLock:
     touching the protected resource. ``fencing_token`` strictly increases across all
     holders of one lock id: pass it to the resource so it can refuse stale holders.
     """
+
+    _impl: Releases | None = None
+    """The algorithm that releases this lock when it is not the locker's own (a semaphore's permit,
+    a read or write lock: :mod:`lockclient.permits`)."""
+    hold_until: int = 0
+    """With ``min_hold``: the global time (µs) until which the lock stays held, even if released
+    earlier (:mod:`lockclient.hold`); 0 otherwise."""
 
     def __init__(self, locker: RemoteLocker, lease: HeldLease, counts: OpCounts, algorithm: str) -> None:
         self._locker = locker
@@ -342,6 +361,7 @@ class RemoteLocker:
             if algorithm == "queue"
             else Backoff(self._services, owner_wait=backoff_owner_wait, step=backoff_step)
         )
+        self._shared_queue: SharedQueue | None = None  # semaphores, read-write locks (made when first used)
         self._closed = False
         # Locks acquired and not released yet, and by whom (a thread, a task): to refuse re-entry
         # (LockReentered) and to release them at interpreter exit (lockclient.shutdown).
@@ -395,32 +415,42 @@ class RemoteLocker:
         *,
         cancel: Event | None = None,
         max_hold: float | None = None,
+        min_hold: float | None = None,
     ) -> RemoteLock:
         """Block until the lock is held (first come, first served) and return it.
 
         Raises :class:`LockTimeout` after ``timeout`` seconds (None: wait forever),
         :class:`LockCancelled` when ``cancel`` is set. Either way nothing is left
         behind in the store (or, if the store is away, it is removed in the background).
+        ``min_hold``: the lock stays held at least this many seconds of global time from the
+        grant, even if released earlier (:mod:`lockclient.hold`).
         """
         validate_lock_id(lock_id)
         _check_timeout(timeout)
+        check_min_hold(min_hold)
         self._check_open()
         who = self._refuse_reentry(lock_id)
         deadline = None if timeout is None else self.runtime.monotonic() + timeout
-        lock = self._acquire(lock_id, deadline, cancel, max_hold, blocking=True)
+        lock = self._acquire(lock_id, deadline, cancel, max_hold, blocking=True, min_hold=min_hold)
         assert lock is not None
         self._note_held(lock, who)
         return lock
 
-    def try_get_lock(self, lock_id: str, *, max_hold: float | None = None) -> RemoteLock | None:
+    def try_get_lock(
+        self, lock_id: str, *, max_hold: float | None = None, min_hold: float | None = None
+    ) -> RemoteLock | None:
         """Take the lock if nobody holds it or waits for it; never waits on a holder.
 
-        Returns None when busy, and then leaves nothing behind in the store.
+        Returns None when busy, and then leaves nothing behind in the store. ``min_hold``: as for
+        :meth:`get_lock` (with it, a job fired on many hosts runs once: ``lockctl run --once-per``).
         """
         validate_lock_id(lock_id)
+        check_min_hold(min_hold)
         self._check_open()
         # Never waits, so re-entry cannot wait for itself: the holder's own try finds it busy (None).
-        return self._note_held(self._acquire(lock_id, None, None, max_hold, blocking=False), (lock_id, _caller()))
+        return self._note_held(
+            self._acquire(lock_id, None, None, max_hold, blocking=False, min_hold=min_hold), (lock_id, _caller())
+        )
 
     async def aget_lock(
         self,
@@ -428,6 +458,7 @@ class RemoteLocker:
         timeout: float | None = None,
         *,
         max_hold: float | None = None,
+        min_hold: float | None = None,
     ) -> RemoteLock:
         """asyncio twin of :meth:`get_lock`, on the event loop (:mod:`lockclient.runtime.aio`): no
         thread per waiter. Cancelling the awaiting task cancels the acquisition and cleans up —
@@ -438,22 +469,32 @@ class RemoteLocker:
         its queue cell) finishes in the background."""
         validate_lock_id(lock_id)
         _check_timeout(timeout)
+        check_min_hold(min_hold)
         self._check_open()
         who = self._refuse_reentry(lock_id)
-        lock = await self._aacquire(lock_id, timeout, max_hold, blocking=True)
+        lock = await self._aacquire(lock_id, timeout, max_hold, blocking=True, min_hold=min_hold)
         assert lock is not None
         self._note_held(lock, who)
         return lock
 
-    async def atry_get_lock(self, lock_id: str, *, max_hold: float | None = None) -> RemoteLock | None:
+    async def atry_get_lock(
+        self, lock_id: str, *, max_hold: float | None = None, min_hold: float | None = None
+    ) -> RemoteLock | None:
         """asyncio twin of :meth:`try_get_lock`."""
         validate_lock_id(lock_id)
+        check_min_hold(min_hold)
         self._check_open()
         who = (lock_id, _caller())  # no re-entry check: see try_get_lock
-        return self._note_held(await self._aacquire(lock_id, None, max_hold, blocking=False), who)
+        return self._note_held(await self._aacquire(lock_id, None, max_hold, blocking=False, min_hold=min_hold), who)
 
     async def _aacquire(
-        self, lock_id: str, timeout: float | None, max_hold: float | None, *, blocking: bool
+        self,
+        lock_id: str,
+        timeout: float | None,
+        max_hold: float | None,
+        *,
+        blocking: bool,
+        min_hold: float | None = None,
     ) -> RemoteLock | None:
         import asyncio
 
@@ -465,7 +506,9 @@ class RemoteLocker:
         deadline = None if timeout is None else runtime.monotonic() + timeout
 
         def acquire() -> RemoteLock | None:
-            return self._acquire(lock_id, deadline, cancel, max_hold, blocking=blocking, runtime=runtime)
+            return self._acquire(
+                lock_id, deadline, cancel, max_hold, blocking=blocking, runtime=runtime, min_hold=min_hold
+            )
 
         def release_if_abandoned(task: asyncio.Future[RemoteLock | None]) -> None:
             if abandoned and not task.cancelled() and task.exception() is None:
@@ -617,6 +660,171 @@ class RemoteLocker:
                 else:
                     del self._held_by[who]
 
+    # -- elections and events (lockclient.election, lockclient.events) ------------------------------
+
+    def election(self, name: str) -> Election:
+        """Leader election on the lock ``name``: candidates served in order, the term is the fencing
+        token, a dead leader replaced within the revocation bound (:mod:`lockclient.election`)."""
+        from lockclient.election import Election
+
+        return Election(self, name)
+
+    def watch(
+        self,
+        name: str,
+        *,
+        kind: Literal["lock", "semaphore", "rwlock"] = "lock",
+        poll: float = 1.0,
+        timeout: float | None = None,
+        cancel: Event | None = None,
+    ) -> Iterator[LockEvent]:
+        """What happens to lock ``name`` (or the semaphore / read-write lock ``name``), as it happens:
+        granted (to whom, token), released, revoked, lost, queue changed — and ``behind`` with
+        exactly what this watch could not see, never a silent gap (:mod:`lockclient.events`).
+        Runs until ``timeout`` seconds have passed (None: forever), ``cancel`` is set, or the
+        caller stops iterating."""
+        from lockclient.events import watch_events
+
+        return watch_events(self, name, kind, poll=poll, timeout=timeout, cancel=cancel)
+
+    def awatch(
+        self,
+        name: str,
+        *,
+        kind: Literal["lock", "semaphore", "rwlock"] = "lock",
+        poll: float = 1.0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[LockEvent]:
+        """asyncio twin of :meth:`watch`: ``async for event in locker.awatch(name): ...``."""
+        from lockclient.events import awatch_events
+
+        return awatch_events(self, name, kind, poll=poll, timeout=timeout)
+
+    # -- semaphores and read-write locks (lockclient.permits, lockclient.sharedqueue) ---------------
+
+    def get_semaphore(
+        self,
+        name: str,
+        limit: int,
+        timeout: float | None = None,
+        *,
+        cancel: Event | None = None,
+        max_hold: float | None = None,
+    ) -> Permit:
+        """Block until one of the ``limit`` permits of semaphore ``name`` is ours (first come, first
+        served) and return it. Up to ``limit`` holders at once, each with its own fencing token; the
+        limit is the semaphore's (:class:`~lockclient.errors.LimitMismatch` if it is held with
+        another). Raises like :meth:`get_lock`; a semaphore ``name`` is not the lock ``name``."""
+        permit = self._permit(name, _semaphore(limit), timeout, cancel, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    def try_get_semaphore(self, name: str, limit: int, *, max_hold: float | None = None) -> Permit | None:
+        """A permit if one is free and nobody waits; None (leaving nothing behind) otherwise."""
+        return self._permit(name, _semaphore(limit), None, None, max_hold, blocking=False)
+
+    async def aget_semaphore(
+        self, name: str, limit: int, timeout: float | None = None, *, max_hold: float | None = None
+    ) -> Permit:
+        """asyncio twin of :meth:`get_semaphore`."""
+        permit = await self._apermit(name, _semaphore(limit), timeout, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    async def atry_get_semaphore(self, name: str, limit: int, *, max_hold: float | None = None) -> Permit | None:
+        """asyncio twin of :meth:`try_get_semaphore`."""
+        return await self._apermit(name, _semaphore(limit), None, max_hold, blocking=False)
+
+    def get_read_lock(
+        self,
+        name: str,
+        timeout: float | None = None,
+        *,
+        max_readers: int = 16,
+        cancel: Event | None = None,
+        max_hold: float | None = None,
+    ) -> Permit:
+        """Block until we may read ``name``: no writer holds it, and no writer queued before us
+        (writers never starve). Up to ``max_readers`` readers at once."""
+        permit = self._permit(name, _rw(max_readers, "r"), timeout, cancel, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    def get_write_lock(
+        self,
+        name: str,
+        timeout: float | None = None,
+        *,
+        max_readers: int = 16,
+        cancel: Event | None = None,
+        max_hold: float | None = None,
+    ) -> Permit:
+        """Block until we are the only holder of ``name`` — no reader, no other writer — in our
+        turn (first come, first served among readers and writers)."""
+        permit = self._permit(name, _rw(max_readers, "w"), timeout, cancel, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    def try_get_read_lock(self, name: str, *, max_readers: int = 16, max_hold: float | None = None) -> Permit | None:
+        """A read lock now if no writer holds or waits and a reader slot is free; else None."""
+        return self._permit(name, _rw(max_readers, "r"), None, None, max_hold, blocking=False)
+
+    def try_get_write_lock(self, name: str, *, max_readers: int = 16, max_hold: float | None = None) -> Permit | None:
+        """The write lock now if nobody holds or waits; else None."""
+        return self._permit(name, _rw(max_readers, "w"), None, None, max_hold, blocking=False)
+
+    async def aget_read_lock(
+        self, name: str, timeout: float | None = None, *, max_readers: int = 16, max_hold: float | None = None
+    ) -> Permit:
+        """asyncio twin of :meth:`get_read_lock`."""
+        permit = await self._apermit(name, _rw(max_readers, "r"), timeout, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    async def aget_write_lock(
+        self, name: str, timeout: float | None = None, *, max_readers: int = 16, max_hold: float | None = None
+    ) -> Permit:
+        """asyncio twin of :meth:`get_write_lock`."""
+        permit = await self._apermit(name, _rw(max_readers, "w"), timeout, max_hold, blocking=True)
+        assert permit is not None
+        return permit
+
+    async def atry_get_read_lock(
+        self, name: str, *, max_readers: int = 16, max_hold: float | None = None
+    ) -> Permit | None:
+        """asyncio twin of :meth:`try_get_read_lock`."""
+        return await self._apermit(name, _rw(max_readers, "r"), None, max_hold, blocking=False)
+
+    async def atry_get_write_lock(
+        self, name: str, *, max_readers: int = 16, max_hold: float | None = None
+    ) -> Permit | None:
+        """asyncio twin of :meth:`try_get_write_lock`."""
+        return await self._apermit(name, _rw(max_readers, "w"), None, max_hold, blocking=False)
+
+    def _permit(
+        self,
+        name: str,
+        shape: Shape,
+        timeout: float | None,
+        cancel: Event | None,
+        max_hold: float | None,
+        *,
+        blocking: bool,
+    ) -> Permit | None:
+        from lockclient.permits import acquire_permit
+
+        _check_timeout(timeout)
+        deadline = None if timeout is None else self.runtime.monotonic() + timeout
+        return acquire_permit(self, name, shape, deadline, cancel, blocking=blocking, max_hold=max_hold)
+
+    async def _apermit(
+        self, name: str, shape: Shape, timeout: float | None, max_hold: float | None, *, blocking: bool
+    ) -> Permit | None:
+        from lockclient.permits import aacquire_permit
+
+        _check_timeout(timeout)
+        return await aacquire_permit(self, name, shape, timeout, blocking=blocking, max_hold=max_hold)
+
     # -- acquisition and release ------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -632,8 +840,13 @@ class RemoteLocker:
         *,
         blocking: bool,
         runtime: Runtime | None = None,
+        min_hold: float | None = None,
+        stamp: bool = False,
     ) -> RemoteLock | None:
-        """``runtime``: the caller's, when it is not the locker's own (``aget_lock``'s event loop)."""
+        """``runtime``: the caller's, when it is not the locker's own (``aget_lock``'s event loop).
+        ``stamp``: put the global time of the grant in the holder record (an election's leader)."""
+        if min_hold is not None and self.algorithm != "queue":
+            raise ValueError("min_hold needs the fair queue (algorithm='queue')")
         counts = OpCounts()
         store: CellStore = self.store
         wakeups: Wakeups | None = None
@@ -652,6 +865,7 @@ class RemoteLocker:
             blocking=blocking,
             runtime=runtime or self.runtime,
             wakeups=wakeups,
+            stamp_grant=stamp or min_hold is not None,
         )
         started = self.runtime.monotonic()
         outcome = "error"
@@ -663,7 +877,10 @@ class RemoteLocker:
             self._services.keeper.add_holder(lease)
             outcome = "acquired"
             log.debug("acquired", lock_id=lock_id, owner=lease.owner, fencing_token=lease.token, ops=counts.total)
-            return RemoteLock(self, lease, counts, self.algorithm)
+            lock = RemoteLock(self, lease, counts, self.algorithm)
+            if min_hold is not None:
+                lock.hold_until = hold_until(lease, min_hold, self.runtime.monotonic())
+            return lock
         except LockTimeout:
             outcome = "timeout"
             raise
@@ -678,8 +895,12 @@ class RemoteLocker:
         lease = lock._lease
         held = not lease.lost.is_set()  # also checks the lease's validity right now
         lease.releasing = True
+        if held and lock.hold_until:
+            # min_hold: park, not remove. After `releasing` (found by the simulator): reading global
+            # time may take a while, and the lease must not expire into "lost" meanwhile.
+            prepare_park(self._services, lease, lock.hold_until)
         try:
-            clean = self._algorithm.release(lease, CountingStore(self.store, lock.release_counts))
+            clean = (lock._impl or self._algorithm).release(lease, CountingStore(self.store, lock.release_counts))
         except StoreError as exc:
             # The store is away or slow: finish in the background, renewing meanwhile so
             # that the lock is handed over as soon as the store answers again.
@@ -696,7 +917,7 @@ class RemoteLocker:
 
         def attempt() -> None:
             try:
-                self._algorithm.release(lease, self.store)
+                (lock._impl or self._algorithm).release(lease, self.store)
             except StoreError:
                 lease.note_release_attempt()
                 raise
@@ -728,4 +949,14 @@ class RemoteLocker:
         self._services.keeper.remove(lease)
         lock._cleanup_done.set()
         remote = lease.contended or lease.monotonic() - lease.holding_since > QUIET_HOLD_S
-        self._services.announce(lock.lock_id, gone=lock.ticket or None, released=lock.owner, remote=remote)
+        # A parked record still holds the lock (min_hold): nobody is woken to take it over.
+        released = None if lease.parked else lock.owner
+        self._services.announce(lock.lock_id, gone=lock.ticket or None, released=released, remote=remote)
+
+
+def _semaphore(limit: int) -> Shape:
+    return Shape("semaphore", limit)
+
+
+def _rw(max_readers: int, mode: Literal["r", "w"]) -> Shape:
+    return Shape("rwlock", max_readers, mode)

@@ -10,15 +10,20 @@ from lockclient.runtime import THREADS, Runtime
 
 __all__ = [
     "INDEX_SHARDS",
+    "KINDS",
     "MAX_LOCK_ID_BYTES",
+    "ROW_SEPARATOR",
     "TICKET_DIGITS",
     "index_shard",
     "make_owner",
     "make_ticket",
     "owner_host",
+    "primitive_row",
+    "split_row",
     "this_host",
     "ticket_time",
     "validate_lock_id",
+    "validate_row_id",
 ]
 
 MAX_LOCK_ID_BYTES = 256
@@ -113,3 +118,40 @@ def make_ticket(time_us: int, owner: str) -> str:
 def ticket_time(ticket: str) -> int:
     """The global µs a ticket was taken at."""
     return int(ticket[:TICKET_DIGITS])
+
+
+ROW_SEPARATOR = "\x1f"
+"""Between a name and its primitive's kind in a row id (the ASCII unit separator): a semaphore or
+read-write lock named ``db`` lives in the rows ``db\x1fsemaphore`` / ``db\x1frwlock`` of the lease
+and queue tables. A lock id can never contain a control character, so no lock id — and no name of
+another kind — shares those rows: the three are different things with the same name, as in etcd's
+key prefixes. (An election *is* the lock of its name: its leader is that lock's holder.)"""
+
+KINDS = ("semaphore", "rwlock")
+"""The kinds of primitive with rows of their own (see :data:`ROW_SEPARATOR`)."""
+
+
+def primitive_row(name: str, kind: str) -> str:
+    """The row id of primitive ``kind`` named ``name`` (validated)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown primitive kind {kind!r}; expected one of {', '.join(KINDS)}")
+    return f"{validate_lock_id(name)}{ROW_SEPARATOR}{kind}"
+
+
+def split_row(row_id: str) -> tuple[str, str]:
+    """(name, kind) of a row id: ``("db", "semaphore")``, or ``(lock_id, "lock")`` for a lock."""
+    name, sep, kind = row_id.rpartition(ROW_SEPARATOR)
+    if sep and kind in KINDS:
+        return name, kind
+    return row_id, "lock"
+
+
+def validate_row_id(row_id: object, *, legacy: bool = False) -> str:
+    """A lock id (:func:`validate_lock_id`) or a primitive's row id (``name`` + :data:`ROW_SEPARATOR`
+    + a kind of :data:`KINDS`, the name a valid lock id): what leasewatch's endpoints accept."""
+    if isinstance(row_id, str):
+        name, kind = split_row(row_id)
+        if kind != "lock":
+            validate_lock_id(name, legacy=legacy)
+            return row_id
+    return validate_lock_id(row_id, legacy=legacy)

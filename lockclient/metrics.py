@@ -17,10 +17,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACQUIRE_SECONDS",
+    "ELECTIONS",
     "LOCKS_LOST",
+    "ONCE_PER_RUNS",
+    "PRIMITIVE_ACQUIRE_SECONDS",
     "RENEWALS",
     "STORE_OPS",
     "STORE_OPS_PER_ACQUISITION",
+    "WATCH_EVENTS",
     "count_store_op",
     "record_nothing",
 ]
@@ -30,8 +34,22 @@ STORE_OPS: Counter
 STORE_OPS_PER_ACQUISITION: Histogram
 RENEWALS: Counter
 LOCKS_LOST: Counter
+PRIMITIVE_ACQUIRE_SECONDS: Histogram
+ELECTIONS: Counter
+ONCE_PER_RUNS: Counter
+WATCH_EVENTS: Counter
 
-_NAMES = ("ACQUIRE_SECONDS", "LOCKS_LOST", "RENEWALS", "STORE_OPS", "STORE_OPS_PER_ACQUISITION")
+_NAMES = (
+    "ACQUIRE_SECONDS",
+    "ELECTIONS",
+    "LOCKS_LOST",
+    "ONCE_PER_RUNS",
+    "PRIMITIVE_ACQUIRE_SECONDS",
+    "RENEWALS",
+    "STORE_OPS",
+    "STORE_OPS_PER_ACQUISITION",
+    "WATCH_EVENTS",
+)
 
 _lock = threading.Lock()
 _made: dict[str, Any] = {}
@@ -81,6 +99,27 @@ def _make() -> dict[str, Any]:
             _made["RENEWALS"] = Counter("chronolock_client_lease_renewals", "lease renewals by outcome", ["outcome"])
             _made["LOCKS_LOST"] = Counter(
                 "chronolock_client_locks_lost", "leases lost (revoked or not renewed in time)"
+            )
+            _made["PRIMITIVE_ACQUIRE_SECONDS"] = Histogram(
+                "chronolock_client_primitive_acquire_seconds",
+                "time from a semaphore / read lock / write lock request to its outcome",
+                ["primitive", "outcome"],
+                buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            )
+            _made["ELECTIONS"] = Counter(
+                "chronolock_client_elections",
+                "leadership events of this process's candidates: elected, lost (revoked or expired), resigned",
+                ["event"],
+            )
+            _made["ONCE_PER_RUNS"] = Counter(
+                "chronolock_client_once_per_runs",
+                "once-per-period jobs (lockctl run --once-per): ran, or skipped (ran elsewhere this period or running)",
+                ["outcome"],
+            )
+            _made["WATCH_EVENTS"] = Counter(
+                "chronolock_client_watch_events",
+                "events yielded by RemoteLocker.watch, by kind (behind: a gap the watcher was told about)",
+                ["kind"],
             )
         return _made
 

@@ -117,16 +117,18 @@ def settle_end(
     holder_column: str,
     release_sent: bool,
     seen_before_valid_until: bool,
+    ended_column: str = ENDED_COLUMN,
 ) -> Settled:
     """Settle from the row as read linearizably (a SERIAL read that started after the answer
     that showed our record gone). ``seen_before_valid_until``: that answer came before our lease
-    ran out by our own clock."""
+    ran out by our own clock. ``ended_column``: where the end records of ``holder_column`` go
+    (``~ended:<k>`` for a slot of a primitive with several holders)."""
     current = row.get(holder_column)
     if current == ours:
         return Settled(Found.OURS, True)
     if current is not None and current in pending:
         return Settled(Found.PENDING, True)
-    end = EndRecord.decode(row.get(ENDED_COLUMN))
+    end = EndRecord.decode(row.get(ended_column))
     if end is not None and end.ends(token, owner):
         return Settled(Found.RELEASED if end.how == "released" else Found.REVOKED, True)
     if release_sent:

@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", default=os.environ.get("SIM_REPLAY") or None, help="fault schedule file")
     parser.add_argument("--profile", default=os.environ.get("SIM_PROFILE", "mixed"), choices=sorted(PROFILES))
     parser.add_argument("--acquisitions", type=int, default=_env_int("SIM_ACQUISITIONS"))
+    parser.add_argument(
+        "--ops", type=int, default=_env_int("SIM_OPS"), help="until this many operations of every primitive"
+    )
     parser.add_argument("--seeds", type=int, default=_env_int("SIM_SEEDS"))
     parser.add_argument("--seconds", type=float, default=_env_int("SIM_SECONDS"))
     parser.add_argument("--jobs", type=int, default=_env_int("SIM_JOBS"))
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed is not None:
         return _one(args)
     acquisitions = args.acquisitions
-    if acquisitions is None and args.seeds is None and args.seconds is None:
+    if acquisitions is None and args.seeds is None and args.seconds is None and args.ops is None:
         acquisitions = 100_000
     base = args.base if args.base is not None else secrets.randbelow(2**31)
     print(f"sim: profile {args.profile}, base seed {base} (seeds {base}, {base + 1}, ...)", flush=True)
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         max_seeds=args.seeds,
         seconds=args.seconds,
         on_outcome=report,
+        ops=args.ops,
     )
     cpu = sum(o.cpu_s for o in outcomes)
     total = sum(o.acquisitions for o in outcomes)
@@ -93,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.monotonic() - started:.0f} s",
         flush=True,
     )
+    per: dict[str, int] = {}
+    for outcome in outcomes:
+        for primitive, n in outcome.ops.items():
+            per[primitive] = per.get(primitive, 0) + n
+    if set(per) - {"lock"}:
+        print("sim: operations per primitive: " + ", ".join(f"{k} {v}" for k, v in sorted(per.items())), flush=True)
     if failed and not args.no_shrink:
         small = shrink(failed[0])
         path = save_schedule(small, Path(args.out))
@@ -152,6 +162,8 @@ def _one(args: argparse.Namespace) -> int:
         for line in lines[max(0, first - 25) : first + 1]:
             print(f"    {line[:300]}", flush=True)
     print(f"history sha256: {outcome.digest}", flush=True)
+    if set(outcome.ops) - {"lock"}:
+        print("sim: operations per primitive: " + ", ".join(f"{k} {v}" for k, v in sorted(outcome.ops.items())))
     print(
         f"sim: 1 seeds, {outcome.acquisitions} simulated acquisitions, {len(outcome.violations)} violations",
         flush=True,

@@ -32,17 +32,27 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lockclient.errors import ChronolockError
-from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HolderRecord, WaiterRecord, parse_fence
-from lockclient.lockid import ticket_time
-from lockclient.settle import ENDED_COLUMN, EndRecord
+from lockclient.lease import (
+    FENCE_COLUMN,
+    HOLDER_COLUMN,
+    HolderRecord,
+    WaiterRecord,
+    ended_column_for,
+    holder_columns,
+    is_holder_column,
+    parse_fence,
+)
+from lockclient.lockid import split_row, ticket_time
+from lockclient.settle import EndRecord
 from lockclient.store import Table, VersionedTable
 from sim.world import EPOCH_NS, NS, Process
 
 if TYPE_CHECKING:
+    from lockclient.events import LockEvent
     from lockclient.locker import RemoteLock
     from sim.scenario import Client, Simulation
 
-__all__ = ["Checkers", "HolderState"]
+__all__ = ["Checkers", "HolderState", "WatchLog"]
 
 FENCED_MAX = "~max-token"
 
@@ -62,6 +72,25 @@ class HolderState:
     releasing_at: int | None = None
     released_held: bool | None = None
     lost_reasons: list[str] = field(default_factory=list)
+    mode: str = "lock"
+    """``lock``; a semaphore's ``permit``; a read-write lock's ``read`` or ``write``."""
+
+
+@dataclass
+class WatchLog:
+    """One ``RemoteLocker.watch`` run by a simulated client, as the checkers follow it."""
+
+    row: str
+    process: Process
+    events: list[tuple[int, LockEvent]] = field(default_factory=list)
+    granted: set[int] = field(default_factory=set)
+    ended: set[int] = field(default_factory=set)
+    missed: set[int] = field(default_factory=set)
+    last_granted: int = 0
+    since: set[int] = field(default_factory=set)
+    """Tokens reported as happening (not the state found at the start): they must leave no gap."""
+    initial_top: int = 0
+    """The largest token of the state found at the start."""
 
 
 @dataclass
@@ -70,6 +99,7 @@ class _Grant:
     owner: str
     token: int
     ticket: str
+    column: str = HOLDER_COLUMN
 
 
 class Checkers:
@@ -91,6 +121,27 @@ class Checkers:
         self._removed_how: dict[str, str] = {}
         """owner -> how its holder record ended: released, revoked (its end record says), deleted."""
         self._last_renewal: dict[str, int] = {}
+        self._token_owner: dict[tuple[str, int], str] = {}
+        """(row, token) -> the owner the store granted it to."""
+        self._token_end: dict[tuple[str, int], tuple[str, int]] = {}
+        """(row, token) -> how its holder record ended (released, revoked, deleted) and when."""
+        self._parked: dict[tuple[str, int], int] = {}
+        """(row, token) -> the global time until which its released record was parked (min_hold)."""
+        self._timeline: dict[str, list[tuple[int, str, tuple[str, int] | None]]] = {}
+        """row -> (time, holder column, (owner, token) granted or None removed), in order."""
+        self._cell_mode: dict[tuple[str, str], str] = {}
+        """(row, ticket) -> the mode its queue cell was written with (``r``, ``w`` or empty)."""
+        self.ops: dict[str, int] = {}
+        """Operations judged, per primitive (lock acquisitions, permits, read/write locks, terms,
+        once-per firings, watch events)."""
+        self._once: dict[str, tuple[int, int, str]] = {}
+        """job -> (token, hold_until, owner) of its last run released early (parked)."""
+        self._once_periods: dict[tuple[str, int], list[tuple[bool, int]]] = {}
+        """(job, period) -> (whether it ran, when it was invoked) of each firing (quiet runs are judged
+        per period)."""
+        self._watches: list[WatchLog] = []
+        self._queue_owners: dict[str, set[str]] = {}
+        """row -> owners that ever had a queue cell in it."""
         self.revocation_checks: list[tuple[str, str, int, int]] = []
         """(lock id, owner, crash time, deadline) of holders that died while leasewatch was healthy."""
         self.revocation_times: list[float] = []
@@ -110,6 +161,10 @@ class Checkers:
             return
         key = (row, column)
         if value is not None:
+            if key not in self._cell_written:
+                if '"k":' in value:
+                    self._cell_mode[key] = _mode(value)
+                self._queue_owners.setdefault(row, set()).add(column[20:])
             self._cell_written.setdefault(key, now)
         else:
             self._cell_deleted.setdefault(key, now)
@@ -120,25 +175,32 @@ class Checkers:
         if table == VersionedTable.FENCED.value:
             self._on_fenced(row, updates)
             return
-        if table != VersionedTable.LEASE.value or HOLDER_COLUMN not in updates:
+        if table != VersionedTable.LEASE.value:
             return
-        new, old = updates[HOLDER_COLUMN], expected.get(HOLDER_COLUMN)
-        if new is not None and old is None:
-            self._on_grant(now, row, new, updates.get(FENCE_COLUMN))
-        elif new is None and old is not None:
-            record = _holder(old)
-            if record is not None:
-                self._holder_removed[record.owner] = now
-                end = EndRecord.decode(updates.get(ENDED_COLUMN))
-                how = end.how if end is not None and end.ends(record.token, record.owner) else "deleted"
-                self._removed_how[record.owner] = how
-                self.sim.record("holder_gone", lock=row, owner=record.owner, how=how)
-        elif new is not None:
-            record = _holder(new)
-            if record is not None:
-                self._last_renewal[record.owner] = now
+        for column in [c for c in updates if is_holder_column(c)]:
+            # A lock's holder (``~holder``), or a slot of a semaphore or read-write lock (``~holder:<k>``).
+            new, old = updates[column], expected.get(column)
+            if new is not None and old is None:
+                self._on_grant(now, row, new, updates.get(FENCE_COLUMN), column)
+            elif new is None and old is not None:
+                record = _holder(old)
+                if record is not None:
+                    self._holder_removed[record.owner] = now
+                    end = EndRecord.decode(updates.get(ended_column_for(column)))
+                    how = end.how if end is not None and end.ends(record.token, record.owner) else "deleted"
+                    self._removed_how[record.owner] = how
+                    self._token_end[(row, record.token)] = (how, now)
+                    self._timeline.setdefault(row, []).append((now, column, None))
+                    self.sim.record("holder_gone", lock=row, owner=record.owner, how=how)
+            elif new is not None:
+                record = _holder(new)
+                if record is not None:
+                    self._last_renewal[record.owner] = now
+                    if record.until and (row, record.token) not in self._parked:
+                        self._parked[(row, record.token)] = record.until
+                        self.sim.record("parked", lock=row, owner=record.owner, until=record.until)
 
-    def _on_grant(self, now: int, lock_id: str, raw: str, fence: str | None) -> None:
+    def _on_grant(self, now: int, lock_id: str, raw: str, fence: str | None, column: str = HOLDER_COLUMN) -> None:
         record = _holder(raw)
         if record is None:
             self.violation("fencing", f"{lock_id}: a grant wrote a malformed holder record {raw[:80]!r}")
@@ -151,20 +213,54 @@ class Checkers:
                 f"{lock_id}: grant to {record.owner} issued token {token} (record {record.token}) after {last}",
             )
         self._last_token[lock_id] = max(last, token)
-        grant = _Grant(now, record.owner, record.token, record.ticket)
+        grant = _Grant(now, record.owner, record.token, record.ticket, column)
         self._grants.setdefault(lock_id, []).append(grant)
         self._granted_owner[record.owner] = grant
         self._last_renewal[record.owner] = now
+        self._token_owner[(lock_id, record.token)] = record.owner
+        self._timeline.setdefault(lock_id, []).append((now, column, (record.owner, record.token)))
         self.sim.record("grant", lock=lock_id, owner=record.owner, token=record.token)
-        for other in self._holding.get(lock_id, []):
-            if other.lock.owner != record.owner and _believes_held(other):
-                lease = other.lock._lease
-                self.violation(
-                    "lease",
-                    f"{lock_id}: granted to {record.owner} (token {record.token}) while {other.lock.owner} "
-                    f"(token {other.token}) still sees held == True for "
-                    f"{lease.valid_until() - lease.monotonic():.3f}s more",
-                )
+        kind = split_row(lock_id)[1]
+        others = [o for o in self._holding.get(lock_id, []) if o.lock.owner != record.owner and _believes_held(o)]
+        if kind != "lock":
+            self._judge_shared_grant(now, lock_id, kind, column, record, others)
+            return
+        for other in others:
+            lease = other.lock._lease
+            self.violation(
+                "lease",
+                f"{lock_id}: granted to {record.owner} (token {record.token}) while {other.lock.owner} "
+                f"(token {other.token}) still sees held == True for "
+                f"{lease.valid_until() - lease.monotonic():.3f}s more",
+            )
+
+    def _judge_shared_grant(
+        self, now: int, row: str, kind: str, column: str, record: HolderRecord, others: list[HolderState]
+    ) -> None:
+        """A semaphore's or read-write lock's grant, at its instant: in the store, at most ``limit``
+        holder records (no reader beside a writer); and among the other holders that still see
+        ``held == True``, at most ``limit - 1`` permits, no writer beside anybody, no reader beside a
+        writer, at most ``max_readers - 1`` other readers."""
+        limit = self.sim.config.limit
+        stored = holder_columns(self.sim.cells.read_versioned(VersionedTable.LEASE.value, row))
+        writer = kind == "rwlock" and column == HOLDER_COLUMN
+        if len(stored) > limit or (kind == "rwlock" and HOLDER_COLUMN in stored and len(stored) > 1):
+            self.violation("exclusion", f"{row}: after the grant to {record.owner} the store holds {stored}")
+        if kind == "semaphore":
+            bad = others if len(others) >= limit else []
+            what = f"{len(others)} other permit holders (limit {limit})"
+        elif writer:
+            bad, what = others, "other holders beside the writer"
+        else:
+            writers = [o for o in others if o.mode == "write"]
+            bad = writers or (others if len(others) >= limit else [])
+            what = "a writer" if writers else f"{len(others)} other readers (max_readers {limit})"
+        if bad:
+            self.violation(
+                "exclusion",
+                f"{row}: granted {column} to {record.owner} (token {record.token}) while {what} still see held == "
+                f"True: {[(o.lock.owner, o.mode, o.token) for o in bad]}",
+            )
 
     def _on_fenced(self, row: str, updates: Mapping[str, str | None]) -> None:
         raw = updates.get(FENCED_MAX)
@@ -188,10 +284,24 @@ class Checkers:
         if error is not None and not isinstance(error, ChronolockError):
             self.violation("errors", f"op {op}: get_lock raised {type(error).__name__}: {error}")
 
-    def granted(self, op: int, client: Client, lock_id: str, lock: RemoteLock) -> HolderState:
+    def granted(
+        self,
+        op: int,
+        client: Client,
+        lock_id: str,
+        lock: RemoteLock,
+        *,
+        mode: str = "lock",
+        primitive: str | None = "lock",
+    ) -> HolderState:
+        """``primitive``: what the operation counts for (None: counted elsewhere, a once-per firing)."""
+        if primitive is not None:
+            self.ops[primitive] = self.ops.get(primitive, 0) + 1
         process = client.process
         look = None if lock.looked_at is None else process.real_at_monotonic(lock.looked_at)
-        state = HolderState(op, lock_id, lock, process, lock.fencing_token, lock.ticket, self.sim.world.now, look)
+        state = HolderState(
+            op, lock_id, lock, process, lock.fencing_token, lock.ticket, self.sim.world.now, look, mode=mode
+        )
         self._holding.setdefault(lock_id, []).append(state)
         self._states[lock.owner] = state
         grant = self._granted_owner.get(lock.owner)
@@ -261,6 +371,223 @@ class Checkers:
         self._now_prefix_max.append(max(value, self._now_prefix_max[-1] if self._now_prefix_max else value))
         self.sim.record("now", client=client, value=value)
 
+    # -- elections -------------------------------------------------------------------------------------
+
+    def leader_answer(self, row: str, invoked: int, completed: int, answer: tuple[str, int] | None) -> None:
+        """``Election.leader()`` is linearizable: its answer was the store's holder (owner, term) — or
+        nobody — at some instant between its call and its return."""
+        timeline = self._timeline.get(row, [])
+        # Changes are appended in time order: the state at `invoked` is the last change up to it.
+        index = bisect.bisect_right(timeline, invoked, key=lambda change: change[0])
+        current = timeline[index - 1][2] if index else None
+        possible: list[tuple[str, int] | None] = [current]
+        for at, _, value in timeline[index:]:
+            if at > completed:
+                break
+            possible.append(value)
+        if answer not in possible:
+            self.violation(
+                "election", f"{row}: leader() answered {answer}, but the store's holder was only {possible} meanwhile"
+            )
+
+    # -- once per period -------------------------------------------------------------------------------
+
+    def once_fired(self, job: str, period: int, ran: bool, invoked: int) -> None:
+        self.ops["once"] = self.ops.get("once", 0) + 1
+        self._once_periods.setdefault((job, period), []).append((ran, invoked))
+
+    def once_ran(self, job: str, state: HolderState) -> None:
+        """A run granted: no earlier than the hold of the last run released early — the upper end of
+        global time's interval read just before its grant (at least any global time anybody saw before)
+        is at or past that hold's ``until`` (README, "once per period")."""
+        last = self._once.get(job)
+        if last is None or last[0] >= state.token:
+            return
+        token, until, owner = last
+        upper = state.lock._lease.granted_upper_us
+        if upper < until:
+            self.violation(
+                "once",
+                f"{job}: run {state.token} ({state.lock.owner}) granted at global time <= {upper}, "
+                f"{(until - upper) / 1e6:.6f}s before run {token} ({owner})'s min_hold ended",
+            )
+
+    def once_released(self, job: str, state: HolderState) -> None:
+        lease = state.lock._lease
+        if lease.parked:
+            self._once[job] = (state.token, state.lock.hold_until, state.lock.owner)
+
+    def _check_once_periods(self) -> None:
+        """Without faults (every host's wall clock right, cron firing within a quarter of the tolerance),
+        each period's firings run the job at most once — and at least once, unless every firing of the
+        period found the lock held (the last run still parked: its hold counts from its grant, so a run
+        that took long to be granted holds into the next period's firings; README "once per period")."""
+        if self.sim.config.faults != "none":
+            return
+        holders: dict[str, tuple[list[int], list[tuple[str, int] | None]]] = {}
+        for row, timeline in self._timeline.items():
+            changes = [(when, value) for when, column, value in timeline if column == HOLDER_COLUMN]
+            holders[row] = ([when for when, _ in changes], [value for _, value in changes])
+
+        def holder_at(row: str, at: int) -> tuple[str, int] | None:
+            times, values = holders.get(row, ([], []))
+            index = bisect.bisect_right(times, at)
+            return values[index - 1] if index else None
+
+        for (job, period), firings in sorted(self._once_periods.items()):
+            runs = sum(ran for ran, _ in firings)
+            if runs > 1:
+                self.violation("once", f"{job}: period {period} ran {runs} times from {len(firings)} firings")
+            elif runs == 0:
+                free = [at for _, at in firings if holder_at(job, at) is None]
+                if free:
+                    self.violation(
+                        "once",
+                        f"{job}: period {period} never ran, though {len(free)} of its {len(firings)} firings "
+                        f"found nobody holding (first at {free[0] / NS:.6f}s)",
+                    )
+
+    # -- semaphores and read-write locks: first come, first served -----------------------------------
+
+    def _check_shared_fifo(self) -> None:
+        """Each grant handed to a caller was admitted by the queue cells its deciding look surely saw
+        ahead of it — a smaller ticket, written before the look started, still there when the grant
+        applied (a cell removed in between may have been gone when the look's read arrived): fewer than
+        ``limit`` for a semaphore's permit; none for a writer; none of a writer's, and fewer than
+        ``max_readers``, for a reader. So nobody passes a waiting writer (no writer starvation), and a
+        permit always goes to one of the first ``limit`` in line. A sweep over time keeps the cells live
+        at each look."""
+        limit = self.sim.config.limit
+        for row, grants in self._grants.items():
+            kind = split_row(row)[1]
+            if kind == "lock":
+                continue
+            events: list[tuple[int, int, str, _Grant | None]] = []
+            for (r, ticket), written in self._cell_written.items():
+                if r != row:
+                    continue
+                events.append((written, 2, ticket, None))
+                deleted = self._cell_deleted.get((r, ticket))
+                if deleted is not None:
+                    events.append((deleted, 0, ticket, None))
+            for handed in grants:
+                state = self._states.get(handed.owner)
+                if state is not None and self._handed(handed) and state.look_real is not None:
+                    events.append((state.look_real, 1, handed.ticket, handed))
+            events.sort(key=lambda e: (e[0], e[1], e[2]))
+            live: set[str] = set()
+            for _, order, ticket, grant in events:
+                if order == 2:
+                    live.add(ticket)
+                elif order == 0:
+                    live.discard(ticket)
+                elif grant is not None:
+                    # Surely seen by the look: written before it started, still there when the grant
+                    # applied (so also when the look's read arrived, whatever the network's delays).
+                    ahead = [
+                        t for t in live if t < ticket and (self._cell_deleted.get((row, t)) or grant.at + 1) > grant.at
+                    ]
+                    writer = kind == "rwlock" and grant.column == HOLDER_COLUMN
+                    if kind == "semaphore":
+                        bad = len(ahead) >= limit
+                    elif writer:
+                        bad = bool(ahead)
+                    else:
+                        bad = len(ahead) >= limit or any(self._cell_mode.get((row, t)) == "w" for t in ahead)
+                    if bad:
+                        self.violation(
+                            "fifo",
+                            f"{row}: {grant.owner} ({'writer' if writer else kind}, token {grant.token}) was granted "
+                            f"with {len(ahead)} cells ahead at its look: "
+                            f"{sorted((t[20:], self._cell_mode.get((row, t), '')) for t in ahead)[:6]}",
+                        )
+
+    # -- lock events (RemoteLocker.watch) ----------------------------------------------------------------
+
+    def watching(self, log: WatchLog) -> None:
+        self._watches.append(log)
+
+    def watch_event(self, log: WatchLog, event: LockEvent) -> None:
+        """Each event is what the store did (granted: that token to that owner; released / revoked:
+        that token's record ended so — or was parked, for min_hold; behind: tokens the store issued),
+        grants come in token order, ``lost`` only once the holder itself no longer sees ``held``, and
+        ``queue`` names only real contenders."""
+        self.ops["watch"] = self.ops.get("watch", 0) + 1
+        row = log.row
+        now = self.sim.world.now
+        log.events.append((now, event))
+        token = event.token
+        where = f"{row!r} watched by {log.process.name}"
+        if event.kind == "granted" and token is not None:
+            if self._token_owner.get((row, token)) != event.owner:
+                self.violation(
+                    "watch",
+                    f"{where}: granted {token} to {event.owner}, the store to {self._token_owner.get((row, token))}",
+                )
+            if token <= log.last_granted:
+                self.violation("watch", f"{where}: granted {token} after {log.last_granted}")
+            log.last_granted = max(log.last_granted, token)
+            log.granted.add(token)
+            if event.initial:
+                log.initial_top = max(log.initial_top, token)
+            else:
+                log.since.add(token)
+        elif event.kind in ("released", "revoked") and token is not None:
+            log.ended.add(token)
+            if event.until_us is not None:
+                if self._parked.get((row, token)) != event.until_us:
+                    self.violation(
+                        "watch",
+                        f"{where}: {token} parked until {event.until_us}, the store says "
+                        f"{self._parked.get((row, token))}",
+                    )
+            else:
+                end = self._token_end.get((row, token))
+                if end is None or end[0] != event.kind:
+                    self.violation("watch", f"{where}: {token} {event.kind}, the store: {end}")
+        elif event.kind == "behind":
+            issued = self._last_token.get(row, 0)
+            for missed in event.missed:
+                if missed > issued:
+                    self.violation("watch", f"{where}: missed token {missed}, but only {issued} were issued")
+                log.missed.add(missed)
+                if missed > log.initial_top:  # else: the end of a holder found at the start
+                    log.since.add(missed)
+        elif event.kind == "lost" and token is not None:
+            state = self._states.get(event.owner or "")
+            if state is not None and state.token == token and _believes_held(state):
+                lease = state.lock._lease
+                left = lease.valid_until() - lease.monotonic()
+                # Allowed: the clocks' rate difference over a lease (the lease promise's assumption).
+                if left > lease.lease * 2 * self.sim.config.mono_ppm / 1e6 + 1e-6:
+                    self.violation("watch", f"{where}: lost {token} while its holder sees {left:.6f}s of lease left")
+        elif event.kind == "queue":
+            known = self._queue_owners.get(row, set())
+            strangers = [owner for owner in event.queue if owner not in known]
+            if strangers:
+                self.violation("watch", f"{where}: queue lists {strangers}, who never queued")
+
+    def _check_watch(self, log: WatchLog, *, final: bool) -> None:
+        """Nothing missed silently: every token between the first and the last a watch reported was
+        reported granted or missed; on a lock, every token granted before a later one was reported
+        ended (released, revoked) or missed."""
+        seen = log.granted | log.missed
+        if not seen:
+            return
+        happened = log.since  # from the first token issued after the watch's first read
+        gaps = [t for t in range(min(happened), max(happened) + 1) if t not in happened] if happened else []
+        if gaps:
+            self.violation("watch", f"{log.row!r} watched by {log.process.name}: tokens {gaps[:10]} never reported")
+        if split_row(log.row)[1] == "lock":
+            top = max(seen)
+            open_ = [t for t in log.granted if t < top and t not in log.ended and t not in log.missed]
+            if open_:
+                self.violation(
+                    "watch",
+                    f"{log.row!r} watched by {log.process.name}: tokens {sorted(open_)[:10]} granted, "
+                    "followed by later grants, and never reported ended",
+                )
+
     # -- faults --------------------------------------------------------------------------------------
 
     def crashed(self, process: Process, *, leasewatch_healthy_until: int | None) -> None:
@@ -288,6 +615,10 @@ class Checkers:
     def finish(self) -> None:
         sim = self.sim
         self._check_fifo()
+        self._check_shared_fifo()
+        self._check_once_periods()
+        for log in self._watches:
+            self._check_watch(log, final=True)
         for lock_id, owner, last, deadline in self.revocation_checks:
             removed = self._holder_removed.get(owner)
             if removed is None or removed > deadline:
@@ -304,9 +635,10 @@ class Checkers:
             self.violation("liveness", f"op {op} ({process.name}, {lock_id}) invoked at {at / NS:.3f}s never returned")
         for lock_id in sorted({*self._grants, *(f"L{i}" for i in range(sim.config.locks))}):
             row = sim.cells.read_versioned(VersionedTable.LEASE.value, lock_id)
-            holder = _holder(row.get(HOLDER_COLUMN))
-            if holder is not None:
-                self.violation("liveness", f"{lock_id}: still held by {holder.owner} at the end")
+            for column in holder_columns(row):
+                holder = _holder(row[column])
+                if holder is not None:
+                    self.violation("liveness", f"{lock_id!r}: {column} still held by {holder.owner} at the end")
             for cell in sim.cells.read_row(Table.QUEUE.value, lock_id, "", None, None, False):
                 self.violation(
                     "liveness", f"{lock_id}: queue cell {cell.column[20:]} ({_waiter(cell.value)}) left at the end"
@@ -323,6 +655,8 @@ class Checkers:
         For each grant ``later``, the grants made while it waited (after its cell was written)
         are the only ones that can have overtaken it."""
         for lock_id, grants in self._grants.items():
+            if split_row(lock_id)[1] != "lock":
+                continue  # semaphores and read-write locks: _check_shared_fifo
             times = [g.at for g in grants]
             for j, later in enumerate(grants):
                 written = self._cell_written.get((lock_id, later.ticket))
@@ -337,9 +671,13 @@ class Checkers:
                     if first.ticket <= later.ticket:
                         continue
                     deleted = self._cell_deleted.get((lock_id, later.ticket))
-                    # Live when the look started: written before it, not yet removed (a waiter whose
-                    # cell leasewatch revoked has lost its place, README "Order (FIFO)").
-                    if written < state.look_real and (deleted is None or deleted > state.look_real):
+                    # Surely seen by the look: written before it started and still there when the grant
+                    # applied. A waiter whose cell leasewatch revoked has lost its place (README "Order
+                    # (FIFO)") — also when the grant's look started before the revocation and its read
+                    # arrived after it, and even if that waiter is granted later with the same ticket (a
+                    # grant sent with its enqueue, delayed in the network past the revocation: found by
+                    # the primitives profile).
+                    if written < state.look_real and (deleted is None or deleted > first.at):
                         self.violation(
                             "fifo",
                             f"{lock_id}: {first.owner} (ticket {ticket_time(first.ticket)}) was granted token "
@@ -374,3 +712,10 @@ def _believes_held(state: HolderState) -> bool:
     if threading.Event.is_set(lease.lost):
         return False
     return lease.monotonic() < lease.valid_until()
+
+
+def _mode(raw: str) -> str:
+    try:
+        return WaiterRecord.decode(raw).mode
+    except ChronolockError:
+        return "w"

@@ -241,7 +241,15 @@ class Nemesis:
     # -- what the liveness checker needs -------------------------------------------------------------
 
     def _mark(self, target: str, start: int, end: int) -> None:
-        if target == "*" or target.startswith("lw"):
+        if target.startswith("lw"):
+            # A leasewatch replica that crashed, paused or lost the store may have lost its partitions
+            # (a restarted one is a new member): a dead holder in them is revoked within the take-over
+            # (partition lease + grace + a refresh, leasewatch/partitions.py) plus the usual bound, so
+            # the usual bound is judged only from then on.
+            c = self.sim.config
+            takeover = (c.partition_lease + c.grace + 2 * c.scan_interval) * (1 + 2 * c.mono_ppm / 1e6)
+            self._leasewatch_disturbed.append((start, end + int(takeover * NS)))
+        elif target == "*":
             self._leasewatch_disturbed.append((start, end))
 
     def _healthy_until(self, now: int) -> int | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -28,9 +28,11 @@ from lockclient.fencing import FencedResource, StaleFencingToken
 from lockclient.globaltime import GlobalTimeNotEstablished, GlobalTimeUpdater, check_answerable
 from lockclient.lease import HolderRecord, parse_fence
 from lockclient.locker import RemoteLock, RemoteLocker
+from lockclient.lockid import split_row
 from lockclient.runtime import Event
 from lockclient.schedule import PeriodicSchedule
 from sim.history import History
+from sim.primitives import WORKER_PRIMITIVES, Primitives, enabled
 from sim.runtime import SimRuntime
 from sim.store import Network, SimCells, SimStoreClient
 from sim.wakeups import SimWakeups, WakeupHost
@@ -79,6 +81,13 @@ class Config:
     """Which clock faults the ``clock`` family draws (sim.nemesis)."""
     resources: bool = True
     """Fenced writes to a FencedResource per lock while holding it."""
+    primitives: str = "lock"
+    """What the clients use (sim.primitives): comma separated among lock, semaphore, rwlock, election,
+    once, watch — or "all"."""
+    limit: int = 2
+    """A semaphore's permits; a read-write lock's max_readers."""
+    period: float = 1.0
+    """Once-per-period jobs: cron fires every this many seconds of each host's wall clock."""
 
 
 @dataclass
@@ -427,89 +436,148 @@ class Client:
             release_at_exit=False,
         )
         self.resources = {f"L{i}": FencedResource(self.store, f"res-L{i}", runtime=rt) for i in range(c.locks)}
-        for w in range(c.workers):
+        chosen = enabled(c.primitives)
+        self.work = Primitives(self)
+        self.kinds = [p for p in chosen if p in WORKER_PRIMITIVES]
+        for w in range(c.workers if self.kinds else 0):
             self.process.spawn(self._work, f"worker{w}")
+        if "once" in chosen:
+            for i in range(c.locks):
+                self.process.spawn(partial(self.work.cron, f"J{i}"), f"cron-J{i}")
+        if "watch" in chosen:
+            watched: tuple[tuple[str, Literal["lock", "semaphore", "rwlock"], str], ...] = (
+                ("L0", "lock", "lock"),
+                ("S0", "semaphore", "semaphore"),
+                ("E0", "lock", "election"),
+                ("R0", "rwlock", "rwlock"),
+                ("J0", "lock", "once"),
+            )
+            targets = [(name, kind) for name, kind, needs in watched if needs in chosen]
+            if targets:
+                index = int(self.name.lstrip("c") or 0)
+                name, kind = targets[index % len(targets)]
+                self.process.spawn(partial(self.work.watch, name, kind), f"watch-{name}")
 
     def _work(self) -> None:
         sim, c, process = self.sim, self.sim.config, self.process
         rt, rng = process.runtime, process.rng
-        locker = self.locker
         while sim.world.now < sim.end_of_work:
-            lock_id = f"L{rng.randrange(c.locks)}"
-            op = sim.next_op()
-            trying = rng.random() < 0.15
-            timeout = None if trying else rng.choice((1.0, 5.0, 30.0, 30.0, 60.0))
-            sim.record(
-                "invoke", op=op, client=process.name, lock=lock_id, mode="try" if trying else "get", timeout=timeout
-            )
-            sim.checkers.invoked(op, process, lock_id, blocking=not trying)
-            cancel = None
-            if not trying and rng.random() < 0.1:
-                # The caller gives up on its own (a cancel event set from another task).
-                cancel = rt.event()
-                process.spawn(partial(_cancel_after, rt, cancel, rng.uniform(0, 2.0)), "canceller")
-            try:
-                lock = locker.try_get_lock(lock_id) if trying else locker.get_lock(lock_id, timeout, cancel=cancel)
-            except LockTimeout:
-                sim.stats.timeouts += 1
-                sim.record("timeout", op=op)
-                sim.checkers.completed(op)
-                continue
-            except LockCancelled:
-                sim.record("cancelled", op=op)
-                sim.checkers.completed(op)
-                continue
-            except ChronolockError as exc:
-                kind = type(exc).__name__
-                sim.stats.errors[kind] = sim.stats.errors.get(kind, 0) + 1
-                sim.record("error", op=op, error=kind)
-                sim.checkers.completed(op, error=exc)
+            kind = self.kinds[0] if len(self.kinds) == 1 else rng.choice(self.kinds)
+            if kind == "lock":
+                self._lock_op()
+            else:
+                getattr(self.work, kind)()
                 rt.sleep(rng.uniform(0, c.think))
-                continue
-            sim.checkers.completed(op)
-            if lock is None:
-                sim.stats.try_busy += 1
-                sim.record("busy", op=op)
-                rt.sleep(rng.uniform(0, c.think))
-                continue
-            self._hold(op, lock_id, lock)
-            rt.sleep(rng.uniform(0, c.think))
 
-    def _hold(self, op: int, lock_id: str, lock: RemoteLock) -> None:
+    def _lock_op(self) -> None:
         sim, c, process = self.sim, self.sim.config, self.process
         rt, rng = process.runtime, process.rng
-        sim.stats.acquisitions += 1
-        state = sim.checkers.granted(op, self, lock_id, lock)
+        locker = self.locker
+        lock_id = f"L{rng.randrange(c.locks)}"
+        op = sim.next_op()
+        trying = rng.random() < 0.15
+        timeout = None if trying else rng.choice((1.0, 5.0, 30.0, 30.0, 60.0))
+        sim.record("invoke", op=op, client=process.name, lock=lock_id, mode="try" if trying else "get", timeout=timeout)
+        sim.checkers.invoked(op, process, lock_id, blocking=not trying)
+        cancel = None
+        if not trying and rng.random() < 0.1:
+            # The caller gives up on its own (a cancel event set from another task).
+            cancel = rt.event()
+            process.spawn(partial(_cancel_after, rt, cancel, rng.uniform(0, 2.0)), "canceller")
+        try:
+            lock = locker.try_get_lock(lock_id) if trying else locker.get_lock(lock_id, timeout, cancel=cancel)
+        except LockTimeout:
+            sim.stats.timeouts += 1
+            sim.record("timeout", op=op)
+            sim.checkers.completed(op)
+            return
+        except LockCancelled:
+            sim.record("cancelled", op=op)
+            sim.checkers.completed(op)
+            return
+        except ChronolockError as exc:
+            kind = type(exc).__name__
+            sim.stats.errors[kind] = sim.stats.errors.get(kind, 0) + 1
+            sim.record("error", op=op, error=kind)
+            sim.checkers.completed(op, error=exc)
+            rt.sleep(rng.uniform(0, c.think))
+            return
+        sim.checkers.completed(op)
+        if lock is None:
+            sim.stats.try_busy += 1
+            sim.record("busy", op=op)
+            rt.sleep(rng.uniform(0, c.think))
+            return
+        self._hold(op, lock_id, lock)
+        rt.sleep(rng.uniform(0, c.think))
+
+    def _hold(
+        self,
+        op: int,
+        lock_id: str,
+        lock: RemoteLock,
+        *,
+        mode: str = "lock",
+        primitive: str | None = "lock",
+        write: bool = True,
+        release: Callable[[], bool] | None = None,
+        run_for: float | None = None,
+        once: str | None = None,
+    ) -> None:
+        """Hold a granted lock (or permit, read or write lock, term): fenced writes through the row's
+        resource (``write``), or just ``run_for`` seconds (a once-per job); then release it (``release``:
+        e.g. an election's resign)."""
+        sim, c, process = self.sim, self.sim.config, self.process
+        rt, rng = process.runtime, process.rng
+        if primitive == "lock":
+            sim.stats.acquisitions += 1
+        state = sim.checkers.granted(op, self, lock_id, lock, mode=mode, primitive=primitive)
+        if once is not None:
+            sim.checkers.once_ran(once, state)
         lock.on_lost(lambda reason: sim.checkers.lost(state, reason))
-        writes = rng.randint(0, 2) if c.resources else 0
-        hold = rng.uniform(c.lease, 3 * c.lease) if rng.random() < c.long_hold else rng.uniform(0, c.hold)
-        if sim.world.now >= sim.end_of_work:
-            hold = min(hold, c.hold)  # the quiet phase drains the queues
-        for k in range(writes):
+        if run_for is not None:
+            rt.sleep(run_for)
+        else:
+            writes = rng.randint(0, 2) if c.resources and write else 0
+            hold = rng.uniform(c.lease, 3 * c.lease) if rng.random() < c.long_hold else rng.uniform(0, c.hold)
+            if sim.world.now >= sim.end_of_work:
+                hold = min(hold, c.hold)  # the quiet phase drains the queues
+            resource = self._resource(lock_id) if writes else None
+            for k in range(writes):
+                rt.sleep(rng.uniform(0, hold / (writes + 1)))
+                if not lock.held:
+                    break
+                assert resource is not None
+                try:
+                    resource.write(lock.fencing_token, "v", f"{lock.owner}:{k}", holder=lock.owner, timeout=2.0)
+                    sim.stats.fenced_writes += 1
+                    sim.checkers.fenced_write(state, ok=True)
+                except StaleFencingToken:
+                    sim.stats.stale_writes += 1
+                    sim.checkers.fenced_write(state, ok=False)
+                except ChronolockError as exc:
+                    sim.record("write_error", owner=lock.owner, error=type(exc).__name__)
             rt.sleep(rng.uniform(0, hold / (writes + 1)))
-            if not lock.held:
-                break
-            try:
-                self.resources[lock_id].write(
-                    lock.fencing_token, "v", f"{lock.owner}:{k}", holder=lock.owner, timeout=2.0
-                )
-                sim.stats.fenced_writes += 1
-                sim.checkers.fenced_write(state, ok=True)
-            except StaleFencingToken:
-                sim.stats.stale_writes += 1
-                sim.checkers.fenced_write(state, ok=False)
-            except ChronolockError as exc:
-                sim.record("write_error", owner=lock.owner, error=type(exc).__name__)
-        rt.sleep(rng.uniform(0, hold / (writes + 1)))
         sim.checkers.releasing(state)
         try:
-            held = lock.release()
+            held = (release or lock.release)()
         except ChronolockError as exc:  # release never raises for a store failure (README)
             sim.checkers.violation("release", f"release() raised {type(exc).__name__}: {exc}")
             return
         sim.stats.releases += 1
         sim.record("released", owner=lock.owner, held=int(held))
         sim.checkers.released(state, held)
+        if once is not None:
+            sim.checkers.once_released(once, state)
+
+    def _resource(self, lock_id: str) -> FencedResource:
+        resource = self.resources.get(lock_id)
+        if resource is None:
+            name, kind = split_row(lock_id)
+            resource = self.resources[lock_id] = FencedResource(
+                self.store, f"res-{name}" if kind == "lock" else f"res-{name}-{kind}", runtime=self.process.runtime
+            )
+        return resource
 
 
 def _cancel_after(runtime: SimRuntime, cancel: Event, delay: float) -> None:

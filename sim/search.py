@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 from sim.nemesis import FaultEvent
+from sim.primitives import enabled
 from sim.scenario import Config, Simulation
 
 __all__ = ["Outcome", "Profile", "config_for_seed", "run_seed", "search", "shrink"]
@@ -56,6 +57,13 @@ PROFILES: dict[str, Profile] = {
     "leases": Profile(
         "leases", Config(faults="lossy,paxos,cut,pause", fault_rate=0.4, long_hold=0.5), leases=(5.0, 10.0)
     ),
+    # Issue 26: semaphores, read-write locks, elections, once-per-period jobs and lock events beside
+    # the lock (sim.primitives): "primitives" under process pauses, crashes, cut-offs and lossy
+    # networks with unknown outcomes; "primitives-clocks" under every family (clock faults and lying
+    # replicas included); "primitives-quiet" adds the exact per-period check of once-per jobs (no faults).
+    "primitives": Profile("primitives", Config(primitives="all", faults="pause,crash,cut,lossy", fault_rate=0.2)),
+    "primitives-clocks": Profile("primitives-clocks", Config(primitives="all", faults="all")),
+    "primitives-quiet": Profile("primitives-quiet", Config(primitives="all", faults="none")),
 }
 
 
@@ -66,6 +74,10 @@ def config_for_seed(seed: int, profile: Profile) -> Config:
         return base
     rng = random.Random(f"{seed}/config")
     lease = rng.choice(profile.leases)
+    if base.primitives != "lock":
+        # Drawn apart from the rest, so that a lock-only profile's seeds stay what they were.
+        extra = random.Random(f"{seed}/primitives")
+        base = replace(base, limit=extra.choice((1, 2, 3)), period=extra.choice((0.5, 1.0, 2.0)))
     return replace(
         base,
         quiet=max(base.quiet, 4 * lease),
@@ -94,10 +106,15 @@ class Outcome:
     cpu_s: float
     violations: list[str]
     schedule: list[dict[str, Any]]
+    ops: dict[str, int] = field(default_factory=dict)
+    """Operations judged per primitive (sim.checkers.Checkers.ops)."""
 
 
-class SimHang(Exception):
-    """A seed exceeded its CPU budget (an endless loop in the code under test, or a livelock)."""
+class SimHang(BaseException):
+    """A seed exceeded its CPU budget (an endless loop in the code under test, or a livelock).
+
+    A BaseException, like KeyboardInterrupt: the code under test catches ``Exception`` where one
+    task's bug must not stop the others (the keeper's renewals), and would swallow it there."""
 
 
 def run_seed(
@@ -122,7 +139,13 @@ def run_seed(
         # Raised in whatever is running: a task (its wrapper ends it) or the hub; either way the
         # world stops, and the hang is reported as a violation of its own.
         sim.world.stopped = True
-        hung.append(f"[hang] seed {seed} ran for more than {SEED_CPU_LIMIT_S} s of CPU (a livelock or an endless loop)")
+        if not hung:
+            hung.append(
+                f"[hang] seed {seed} ran for more than {SEED_CPU_LIMIT_S} s of CPU (a livelock or an endless loop)"
+            )
+        # Again every second until the run is over: where it was raised may have swallowed it (a
+        # garbage collector callback reports and drops what its code raised).
+        signal.setitimer(signal.ITIMER_VIRTUAL, 1.0)
         raise SimHang(hung[0])
 
     signal.signal(signal.SIGVTALRM, hang)
@@ -144,6 +167,7 @@ def run_seed(
         cpu_s=time.process_time() - started,
         violations=violations,
         schedule=[asdict(e) for e in sim.nemesis.events or []],
+        ops=dict(sim.checkers.ops),
     )
     return outcome, sim
 
@@ -161,13 +185,16 @@ def search(
     max_seeds: int | None = None,
     seconds: float | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
+    ops: int | None = None,
 ) -> list[Outcome]:
-    """Run seeds in parallel until ``acquisitions`` simulated acquisitions, ``max_seeds`` seeds or
-    ``seconds`` of wall time — whichever comes first."""
+    """Run seeds in parallel until ``acquisitions`` simulated acquisitions, ``ops`` operations of every
+    primitive the profile runs, ``max_seeds`` seeds or ``seconds`` of wall time — whichever comes first."""
     jobs = jobs or max(1, os.cpu_count() or 1)
     outcomes: list[Outcome] = []
     started = time.monotonic()
     total = 0
+    per: dict[str, int] = {}
+    wanted = [p for p in enabled(PROFILES[profile].base.primitives)]
     submitted = [0]
 
     def more() -> bool:
@@ -175,7 +202,13 @@ def search(
             return False
         if acquisitions is not None and total >= acquisitions:
             return False
+        if ops is not None and all(per.get(p, 0) >= ops for p in wanted):
+            return False
         return seconds is None or time.monotonic() - started < seconds
+
+    def count(outcome: Outcome) -> None:
+        for primitive, n in outcome.ops.items():
+            per[primitive] = per.get(primitive, 0) + n
 
     context = multiprocessing.get_context("spawn" if jobs > 1 else "fork")
     if jobs == 1:
@@ -186,6 +219,7 @@ def search(
             outcome = run_seed(seed, profile)[0]
             outcomes.append(outcome)
             total += outcome.acquisitions
+            count(outcome)
             if on_outcome:
                 on_outcome(outcome)
         return outcomes
@@ -202,6 +236,7 @@ def search(
             outcome = pending.pop(0).get()
             outcomes.append(outcome)
             total += outcome.acquisitions
+            count(outcome)
             if on_outcome:
                 on_outcome(outcome)
         pool.terminate()

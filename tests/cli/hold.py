@@ -29,7 +29,14 @@ def on_term(signum: int, frame: FrameType | None) -> None:
 
 signal.signal(signal.SIGTERM, on_term)
 info: dict[str, object] = {
-    name: os.environ.get(name) for name in ("CHRONOLOCK_LOCK_ID", "CHRONOLOCK_FENCING_TOKEN", "CHRONOLOCK_LOCK_OWNER")
+    name: os.environ.get(name)
+    for name in (
+        "CHRONOLOCK_LOCK_ID",
+        "CHRONOLOCK_FENCING_TOKEN",
+        "CHRONOLOCK_LOCK_OWNER",
+        "CHRONOLOCK_LOCK_KIND",
+        "CHRONOLOCK_TERM",
+    )
 }
 info["pid"] = os.getpid()
 tmp = marker.with_name(marker.name + ".tmp")

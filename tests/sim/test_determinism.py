@@ -34,3 +34,10 @@ def test_make_sim_with_a_seed_prints_the_same_digest_in_fresh_processes() -> Non
         assert done.stdout.rstrip().splitlines()[-1].startswith("sim: 1 seeds, ")
         digests.append(lines[0])
     assert digests[0] == digests[1]
+
+
+def test_the_primitives_profile_is_one_history_per_seed_too() -> None:
+    first, _ = run_seed(11, "primitives", duration=20.0)
+    second, _ = run_seed(11, "primitives", duration=20.0)
+    assert first.digest == second.digest and first.ops == second.ops
+    assert all(first.ops.get(kind, 0) > 0 for kind in ("semaphore", "rwlock", "election", "once", "watch"))

@@ -48,3 +48,14 @@ def test_no_hidden_clock_sleep_thread_or_randomness(traps: list[str]) -> None:
     report = Simulation(20261126, Config(duration=30.0, quiet=15.0, fault_rate=0.3)).run()
     assert traps == [], f"hidden calls: {sorted(set(traps))}"
     assert report.stats.acquisitions > 50
+
+
+def test_the_primitives_take_nothing_hidden_either(traps: list[str]) -> None:
+    """Semaphores, read-write locks, elections, once-per jobs and watches (issue 26), every fault family."""
+    simulation = Simulation(20261127, Config(duration=30.0, quiet=15.0, fault_rate=0.3, primitives="all"))
+    report = simulation.run()
+    assert traps == [], f"hidden calls: {sorted(set(traps))}"
+    assert all(simulation.checkers.ops.get(kind, 0) > 20 for kind in ("semaphore", "rwlock", "election", "once")), (
+        simulation.checkers.ops
+    )
+    assert report.events > 0
