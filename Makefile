@@ -98,7 +98,8 @@ soak: install system-deps
 # The deterministic simulator (sim/): searches fresh random seeds until 100,000 simulated
 # acquisitions and ends with "sim: N seeds, A simulated acquisitions, V violations". SIM_SEED=7
 # replays one seed (prints "history sha256: ..."); SIM_ACQUISITIONS, SIM_SEEDS, SIM_SECONDS,
-# SIM_PROFILE, SIM_JOBS and SIM_REPLAY are read from the environment (python -m sim --help).
+# SIM_PROFILE, SIM_JOBS, SIM_REPLAY and SIM_DURATION (a long horizon for one seed) are read from the
+# environment (python -m sim --help).
 sim: install
 	$(PY) -m sim
 

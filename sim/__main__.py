@@ -9,6 +9,8 @@ Environment (the Makefile passes it through; flags override):
 * ``SIM_PROFILE`` — ``mixed`` (default: every fault family, the deployment varied per seed),
   ``quiet``, ``clocks``, ``unknown``, ``processes``.
 * ``SIM_JOBS`` — worker processes (default: one per CPU).
+* ``SIM_DURATION`` — with ``SIM_SEED``: that many simulated seconds of work instead of the profile's
+  (a long horizon; it reports simulated acquisitions per CPU-second).
 
 A search starts from a fresh random base seed (printed) and ends with the line
 ``sim: N seeds, A simulated acquisitions, V violations``; every failing seed is printed with its
@@ -46,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=_env_int("SIM_SEEDS"))
     parser.add_argument("--seconds", type=float, default=_env_int("SIM_SECONDS"))
     parser.add_argument("--jobs", type=int, default=_env_int("SIM_JOBS"))
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=_env_int("SIM_DURATION"),
+        help="simulated seconds of work for --seed (a long horizon: 3600 is an hour, 604800 a week)",
+    )
     parser.add_argument("--base", type=int, default=_env_int("SIM_BASE"), help="first seed of a search")
     parser.add_argument("--no-shrink", action="store_true", help="do not shrink the first failure")
     parser.add_argument("--out", default=os.environ.get("SIM_OUT", ".chronolock/sim"), help="where schedules go")
@@ -149,10 +157,16 @@ def _one(args: argparse.Namespace) -> int:
         data = json.loads(Path(args.replay).read_text())
         schedule = data["schedule"]
         args.profile = data.get("profile", args.profile)
-    outcome, sim = run_seed(args.seed, args.profile, schedule=schedule, keep_history=True)
+    long = args.duration is not None and args.duration > 600
+    started = time.monotonic()
+    # A long horizon keeps only the history's digest (an hour's history is ~10^6 lines).
+    outcome, sim = run_seed(args.seed, args.profile, schedule=schedule, keep_history=not long, duration=args.duration)
     print(f"seed {outcome.seed} ({outcome.profile}): {sim.config}", flush=True)
-    for event in outcome.schedule:
-        print(f"  fault {event}", flush=True)
+    if long:
+        print(f"  {len(outcome.schedule)} faults (SIM_DURATION ≤ 600 prints each)", flush=True)
+    else:
+        for event in outcome.schedule:
+            print(f"  fault {event}", flush=True)
     for line in outcome.violations:
         print(f"  {line[:600]}", flush=True)
     if outcome.violations:
@@ -162,6 +176,12 @@ def _one(args: argparse.Namespace) -> int:
         for line in lines[max(0, first - 25) : first + 1]:
             print(f"    {line[:300]}", flush=True)
     print(f"history sha256: {outcome.digest}", flush=True)
+    print(
+        f"sim: {outcome.virtual_s:.0f} simulated seconds in {outcome.cpu_s:.1f} CPU-seconds "
+        f"({time.monotonic() - started:.1f} s): {outcome.acquisitions / max(outcome.cpu_s, 1e-9):.0f} "
+        "simulated acquisitions per CPU-second",
+        flush=True,
+    )
     if set(outcome.ops) - {"lock"}:
         print("sim: operations per primitive: " + ", ".join(f"{k} {v}" for k, v in sorted(outcome.ops.items())))
     print(

@@ -10,6 +10,10 @@ with fewer and shorter faults — and printed as a replay. Families (``Config.fa
   "outcome unknown" (applied or not), requests are refused, some legs are slow;
 * ``paxos`` — for up to 15 s every Paxos round (compare-and-sets, SERIAL reads) times out, half of
   them after applying: a replica paused (GC, a frozen VM) still "up" in gossip;
+* ``coordinator`` — for up to 8 s one process's Paxos rounds (compare-and-sets, SERIAL reads) time
+  out, half after applying, while every other process's go through (its coordinator lost its
+  quorum, or its link drops answers): the unknown outcome nobody else shares. Drawn only by the
+  profiles that name it (``renewals``), not by ``all``;
 * ``clock`` — one timesvc replica's wall clock steps (±0.1–600 s), runs fast (1.1×, 1.6×, 2×,
   10×) or slow (0.5×), or stops — one replica at a time, so a majority of clocks stays correct
   (the promise's assumption) — or it restarts misconfigured (``TIMESVC_REPLICAS=1``) with its
@@ -35,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["FAMILIES", "FaultEvent", "Nemesis"]
 
 FAMILIES = ("pause", "crash", "cut", "lossy", "paxos", "clock", "lie")
+"""What ``faults="all"`` draws from."""
+EXTRA_FAMILIES = ("coordinator",)
+"""Families a profile must name to get."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,9 @@ class Nemesis:
                 events.append(FaultEvent(t, "lossy", "*", rng.uniform(0.5, 10.0), dict(rates)))
             elif family == "paxos":
                 events.append(FaultEvent(t, "paxos", "*", rng.uniform(0.5, 15.0)))
+            elif family == "coordinator":
+                clients = [r for r in roles if r.startswith("c")]
+                events.append(FaultEvent(t, "coordinator", rng.choice(clients), rng.uniform(0.5, 8.0)))
             elif family == "clock":
                 # A timesvc replica's clock only while the others' are correct: the promise holds
                 # while a majority of the configured replicas' clocks are correct (one of three).
@@ -176,6 +186,9 @@ class Nemesis:
         elif event.family == "paxos":
             self._mark("*", world.now, end)
             sim.network.paxos_until = max(sim.network.paxos_until, end)
+        elif event.family == "coordinator" and role is not None:
+            name = role.process.name
+            sim.network.paxos_for[name] = max(sim.network.paxos_for.get(name, -1), end)
         elif event.family == "clock" and role is not None:
             self._clock(event, role, end)
         elif event.family == "lie" and role is not None:
@@ -228,6 +241,7 @@ class Nemesis:
         sim = self.sim
         self._heal_network()
         sim.network.paxos_until = -1
+        sim.network.paxos_for.clear()
         sim.network.cut.clear()
         roles: list[Any] = [*sim.clients, *sim.leasewatch, *sim.timesvc]
         for role in roles:

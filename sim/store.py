@@ -210,6 +210,11 @@ class Network:
         """Probability that one leg of a request takes 50–1500 ms (a GC pause, a slow replica)."""
         self.client_timeout = 2.0
         """The driver's request timeout (seconds, on the client's clock)."""
+        self.paxos_for: dict[str, int] = {}
+        """Process name -> virtual time until which that process's Paxos rounds time out (half after
+        applying) while everyone else's go through: the coordinator it talks to cannot reach a
+        quorum, or its link to it drops answers (token-aware routing pins a client's rows to a few
+        coordinators). Its SERIAL re-reads fail too, so an unknown outcome of its stays unknown."""
         self.paxos_until = -1
         """Until then (virtual ns) every Paxos round — compare-and-sets and SERIAL reads — times out,
         half of them after applying: a replica paused (a long GC, a frozen VM) stays "up" in gossip,
@@ -350,7 +355,7 @@ class SimStoreClient(CellStore):
         unknown_applies = unknown and draw() < 0.5
         kind = draw()
         lost = net.lose_reply and draw() < net.lose_reply
-        if cas and world.now < net.paxos_until:
+        if cas and (world.now < net.paxos_until or world.now < net.paxos_for.get(process.name, -1)):
             # Times out: the answer never comes (the client's timeout settles it as unknown).
             unknown, unknown_applies, lost = True, draw() < 0.5, True
 

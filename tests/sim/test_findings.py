@@ -24,6 +24,7 @@ MAX_SEEDS = {
     "wall-step-stops-leasewatch": 300,
     "released-lock-reported-lost": 150,
     "orphaned-grant": 300,
+    "renewal-dated-from-retry": 200,
 }
 
 
