@@ -1,9 +1,10 @@
 """Settings read from environment variables (pydantic-settings), one object per component.
 
 Names shared by every component start with ``CHRONOLOCK_``; a service's own
-settings start with its name (``TIMESVC_``, ``LEASEWATCH_``). The README, the
-Kubernetes ConfigMaps and ``--help`` use exactly these names; a test checks
-that the manifests provide exactly what each settings class reads.
+settings start with its name (``TIMESVC_``, ``LEASEWATCH_``). The configuration
+reference (``docs/configuration.md``, generated from these classes and their
+``description=``), the Kubernetes ConfigMaps and ``--help`` use exactly these names;
+a test checks that the manifests provide exactly what each settings class reads.
 
 Nothing here fails in silence. Every settings class reads the environment through
 :class:`CheckedEnvironment`, which refuses a variable with a chronolock prefix that no
