@@ -128,7 +128,7 @@ async def _measure(n: int, store_url: str) -> dict[str, Any]:
             await asyncio.to_thread(holder.release)
             await asyncio.gather(*tasks)
         phases["hand-over"]["per_s"] = round(n / phases["hand-over"]["seconds"])
-        # Enqueued all at once, so the order to keep is the tickets' (README, "Order (FIFO)").
+        # Enqueued all at once, so the order to keep is the tickets' (docs/guarantees.md, "Order (FIFO)").
         phases["hand-over"]["in_ticket_order"] = finished == sorted(finished)
 
         for name, timeout_of in (

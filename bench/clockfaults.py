@@ -19,7 +19,7 @@ answers it rejected.
 under libfaketime; a holder (``bench.clockfaults_holder``, lease 3 s) takes a lock; leasewatch's
 wall clock steps by −60 s or +60 s (or not at all); the holder is SIGKILLed; reported: the time from
 the kill to leasewatch's revocation record (polled every 20 ms), against the bound ``lease + grace +
-look period + scan`` (README, "Liveness").
+look period + scan`` (docs/guarantees.md, "Liveness").
 
 Faults can run side by side (``--parallel``); the machine's load is recorded with the results.
 Every process is started on 127.0.0.1 and stopped by its PID.

@@ -651,7 +651,7 @@ class Grant:
     """...``time.monotonic()`` when its queue cell was written (one clock for all processes here)."""
     looked_at: float | None = None
     """...and when the queue read that preceded the grant started: FIFO is promised among the
-    cells written before it (README, "Order (FIFO)")."""
+    cells written before it (docs/guarantees.md, "Order (FIFO)")."""
 
 
 @dataclass(frozen=True)

@@ -47,65 +47,81 @@ class LeasewatchSettings(StoreSettings, LoggingSettings, HttpServerSettings):
     host: str = Field(default="127.0.0.1", description="address to listen on")
     port: int = Field(default=8710, ge=0, le=65535, description="port to listen on (0 = any free port)")
     scan_interval: float = Field(default=1.0, gt=0, le=60, description="seconds between scans of live leases")
-    grace: float = Field(default=2.0, ge=0, le=3600, description="s a lease may stay unchanged beyond its length")
+    grace: float = Field(
+        default=2.0,
+        ge=0,
+        le=3600,
+        description="seconds a lease may stay unchanged beyond its length before it is revoked",
+    )
     orphan_after: float = Field(
         default=12.0,
         gt=0,
         le=86400,
-        description="s a queue/owner cell without a lease record may live before it is cleared",
+        description="seconds a cell that is nobody's lease (a crashed baseline contender's, a malformed one) "
+        "may live before it is cleared; also how long a lock id must be idle before it leaves the index",
     )
     admin_tokens: SecretStr | None = Field(
         default=None,
         validation_alias=AliasChoices("LEASEWATCH_ADMIN_TOKENS", "LEASEWATCH_ADMIN_TOKEN"),
         description="bearer tokens for POST /revoke/{id}: name:token,name2:token2 (or one bare token, "
-        "named admin), each at least 32 characters; the name is recorded with every revocation; "
-        "unset = revocation refused",
+        "named admin), each at least 32 characters, names and tokens unique; the name is recorded with every "
+        "revocation; blank or short tokens stop leasewatch at start-up (exit 78); unset = revocation refused",
     )
     read_token: SecretStr | None = Field(
         default=None,
-        description="bearer token required for /locks, /locks/{id}, /revocations, /observed, /time, /trends "
-        "and the page's data (admin tokens work too); unset = they are open",
+        description="bearer token /locks, /locks/{id}, /revocations, /observed, /time and /trends require "
+        "(admin tokens work too; the page is opened as /#token=<token>); unset = open",
     )
     timesvc_urls: str = Field(
         default="",
-        description="comma-separated timesvc base URLs whose /status this replica polls for GET /time and the "
-        "page's time panel; empty = no time panel",
+        description="comma-separated timesvc base URLs (one per replica, not a load balancer's) whose /status "
+        "this replica polls every 2 s for GET /time and the page's time panel; no credentials in the URLs; "
+        "empty = no time panel",
     )
     timesvc_token: SecretStr | None = Field(
         default=None,
-        description="bearer token sent to timesvc /status (the replicas' TIMESVC_READ_TOKEN); unset = none sent",
+        description="bearer token sent to those /status endpoints (the replicas' TIMESVC_READ_TOKEN); without "
+        "it a guarded replica shows as 'answered 401'",
     )
     trend_interval: float = Field(
         default=5.0,
         ge=0.1,
         le=300,
-        description="seconds between trend samples (GET /trends keeps the last 720: an hour at 5 s)",
+        description="seconds between trend samples (GET /trends, the page's sparklines); the last 720 are kept "
+        "in memory (an hour at 5 s; a restart starts afresh)",
     )
     gc_interval: float = Field(
         default=60.0,
         gt=0,
         le=86400,
-        description="seconds between store maintenance passes (SQLite: tombstone GC in batches, WAL checkpoint)",
+        description="seconds between store maintenance passes: on SQLite, tombstones and expired cells older "
+        "than gc_grace are purged in batches of 1,000 (each batch its own short transaction, found through "
+        "partial indexes), then PRAGMA wal_checkpoint(TRUNCATE) (waiting at most 200 ms for readers; a busy "
+        "outcome is logged and retried next time); the store's file and WAL sizes go to /status and "
+        "leasewatch_store_bytes",
     )
     partition_lease: float = Field(
         default=10.0,
         gt=0,
         le=300,
-        description="s a replica's claim on a partition of the lock ids lasts unrenewed; a dead replica's "
-        "partitions are taken over after this + grace",
+        description="seconds a replica's claim on its partitions of the lock ids lasts unrenewed (renewed "
+        "every third of it); a replica that died is replaced after this + LEASEWATCH_GRACE",
     )
     replica_id: str = Field(
         default_factory=default_replica_id,
         min_length=1,
         max_length=128,
-        description="name reported in logs and events",
+        description="name in logs and revocation events",
     )
-    shutdown_grace: float = Field(default=5.0, ge=0, le=600, description="s to finish in-flight requests on SIGTERM")
+    shutdown_grace: float = Field(
+        default=5.0, ge=0, le=600, description="seconds to finish in-flight requests on SIGTERM"
+    )
     max_waiters: int = Field(
         default=512,
         ge=0,
         le=100_000,
-        description="long-polls (GET /wait) open at once in this process; beyond it 429 with Retry-After",
+        description="long-polls (GET /wait) open at once in the process (below LEASEWATCH_MAX_CONNECTIONS); "
+        "beyond it 429 with Retry-After",
     )
     max_waiters_per_lock: int = Field(
         default=64, ge=1, le=100_000, description="long-polls open at once on one lock id; beyond it 429"

@@ -10,7 +10,7 @@ its number is that grant's fencing token. So everything the lock promises, an el
   below the largest it has seen (:class:`~lockclient.fencing.FencedResource`, or ``WHERE term <
   ?``) refuses a deposed leader's writes — also one that was paused and does not know it yet.
 * **a leader knows when it stops leading.** ``leadership.held`` is true only while its lease is
-  valid by its own clock, and leasewatch never revokes before that moment (README, Guarantees):
+  valid by its own clock, and leasewatch never revokes before that moment (docs/guarantees.md):
   at the next leader's election, the previous one already sees ``held == False`` (unless its
   process is paused between looking and acting: the term number catches that).
 * **failover within the revocation bound.** A leader that dies (or is paused, or cut off from the
@@ -209,7 +209,7 @@ class Election:
         log.info("elected", election=self.name, owner=lock.owner, term=lock.fencing_token)
 
         def lost(reason: str) -> None:
-            # The lock's `lost` never fires for a lock released cleanly (README, Guarantees): a term
+            # The lock's `lost` never fires for a lock released cleanly (docs/guarantees.md): a term
             # resigned in time is never reported lost, whatever the order of the threads.
             metrics.ELECTIONS.labels("lost").inc()
             log.warning("leadership_lost", election=self.name, owner=lock.owner, term=lock.fencing_token, reason=reason)

@@ -8,7 +8,7 @@ Events, in the order they happened as far as the store can tell:
   global time until which its record keeps the lock held);
 * ``revoked`` — leasewatch (or an operator) revoked a holder;
 * ``lost`` — a holder's record has not changed for a whole lease as this watch saw it: by the lease
-  promise (README, Guarantees) the holder itself already sees ``held == False``; leasewatch revokes
+  promise (docs/guarantees.md) the holder itself already sees ``held == False``; leasewatch revokes
   it after its grace;
 * ``queue`` — the waiters changed (owners in queue order, the new state);
 * ``behind`` — this watch missed something, and says exactly what: the tokens whose grant, or

@@ -13,7 +13,7 @@ one compare-and-set rewrites the record with ``until`` = the grant's global time
   blocking waiter waits (at most until ``until``, then looks again); at or after ``until`` it
   removes the record by the same compare-and-set a release uses (conditional on exactly that
   value, with an end record "released": its owner did release it) and goes on. Global time never
-  decreases across clients (README, "Global time"), so no contender anywhere can see ``until`` as
+  decreases across clients (docs/guarantees.md, "Global time"), so no contender anywhere can see ``until`` as
   passed before global time has reached it.
 * **When is "the grant"?** Just before its compare-and-set, the grant reads global time's interval
   (:mod:`lockclient.clock`): the lower end goes in the record

@@ -8,7 +8,7 @@ the in-process wake-ups — and runs one algorithm: the fair queue
 read :meth:`RemoteLocker.get_lock`, then :meth:`lockclient.fairqueue.FairQueue.acquire`,
 then :func:`lockclient.algorithm.take`.
 
-What a held lock promises (DESIGN.md §5, §7; the README states the bounds):
+What a held lock promises (DESIGN.md §5, §7; docs/guarantees.md states the bounds):
 
 * **Fencing**: ``fencing_token`` strictly increases across all holders of one lock id,
   and a contender that was not granted never gets one (the grant and the token are
@@ -152,7 +152,7 @@ class RemoteLock:
         among those (a cell still being written may lose its turn to a later ticket)."""
         self.waited = lease.contended
         """Whether the acquisition had to wait for another contender (False: granted on its first
-        look, so its ticket skipped the commit wait — README, "Order (FIFO)")."""
+        look, so its ticket skipped the commit wait — docs/guarantees.md, "Order (FIFO)")."""
         self.store_ops = counts.total
         """Store operations the acquisition needed."""
         self.store_op_counts = dict(counts.ops)
@@ -373,7 +373,7 @@ class RemoteLocker:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> RemoteLocker:
-        """Build from ``CHRONOLOCK_*`` settings (see the README); keyword arguments override."""
+        """Build from ``CHRONOLOCK_*`` settings (docs/configuration.md lists them); keyword arguments override."""
         from lockclient.settings import ClientSettings
 
         settings = ClientSettings()

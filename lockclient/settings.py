@@ -1,9 +1,10 @@
 """Settings read from environment variables (pydantic-settings), one object per component.
 
 Names shared by every component start with ``CHRONOLOCK_``; a service's own
-settings start with its name (``TIMESVC_``, ``LEASEWATCH_``). The README, the
-Kubernetes ConfigMaps and ``--help`` use exactly these names; a test checks
-that the manifests provide exactly what each settings class reads.
+settings start with its name (``TIMESVC_``, ``LEASEWATCH_``). The configuration
+reference (``docs/configuration.md``, generated from these classes and their
+``description=``), the Kubernetes ConfigMaps and ``--help`` use exactly these names;
+a test checks that the manifests provide exactly what each settings class reads.
 
 Nothing here fails in silence. Every settings class reads the environment through
 :class:`CheckedEnvironment`, which refuses a variable with a chronolock prefix that no
@@ -111,10 +112,13 @@ class StoreSettings(BaseSettings):
         default="",
         validate_default=True,  # unset is refused by _valid_url, with NO_STORE_URL
         validation_alias=_alias("CHRONOLOCK_STORE_URL"),
-        description="required: sqlite:////absolute/path/cells.db or cassandra://host1,host2:9042/keyspace?dc=dc1",
+        description="required: sqlite:////absolute/path/cells.db (the directory must exist) or "
+        "cassandra://host1,host2:9042/keyspace?dc=dc1",
     )
     cassandra_username: str | None = Field(
-        default=None, validation_alias=_alias("CHRONOLOCK_CASSANDRA_USERNAME"), description="Cassandra user"
+        default=None,
+        validation_alias=_alias("CHRONOLOCK_CASSANDRA_USERNAME"),
+        description="Cassandra user (or put it in the URL)",
     )
     cassandra_password: SecretStr | None = Field(
         default=None, validation_alias=_alias("CHRONOLOCK_CASSANDRA_PASSWORD"), description="Cassandra password"
@@ -122,12 +126,12 @@ class StoreSettings(BaseSettings):
     cassandra_ssl: bool = Field(
         default=False,
         validation_alias=_alias("CHRONOLOCK_CASSANDRA_SSL"),
-        description="TLS to Cassandra (implied by any other CHRONOLOCK_CASSANDRA_SSL_* setting)",
+        description="TLS to every Cassandra node (implied by any other CHRONOLOCK_CASSANDRA_SSL_* setting)",
     )
     cassandra_ssl_ca: str | None = Field(
         default=None,
         validation_alias=_alias("CHRONOLOCK_CASSANDRA_SSL_CA"),
-        description="CA bundle (PEM) node certificates must chain to; unset = the system's",
+        description="CA bundle (PEM) node certificates must chain to; unset = the system's trust store",
     )
     cassandra_ssl_cert: str | None = Field(
         default=None,
@@ -142,12 +146,14 @@ class StoreSettings(BaseSettings):
     cassandra_ssl_hostname: str | None = Field(
         default=None,
         validation_alias=_alias("CHRONOLOCK_CASSANDRA_SSL_HOSTNAME"),
-        description="name every node certificate must carry; unset = the address connected to",
+        description="name every node certificate must carry; unset = the address connected to (the driver "
+        "connects to node IPs, so certificates then need IP subjectAltNames)",
     )
     cassandra_ssl_verify: TlsVerify = Field(
         default="full",
         validation_alias=_alias("CHRONOLOCK_CASSANDRA_SSL_VERIFY"),
-        description="full (chain and name), ca (chain only) or none (no verification: tests only)",
+        description="full (chain and name), ca (chain only: any certificate the CA signed passes) or none "
+        "(no verification: tests only, logged as a warning)",
     )
 
     @classmethod
@@ -216,8 +222,10 @@ class StoreSettings(BaseSettings):
 class LoggingSettings(BaseSettings):
     """Mixed into every service's settings."""
 
-    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="log level")
-    log_format: Literal["json", "console"] = Field(default="json", description="json: one JSON object per line")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="how much is logged")
+    log_format: Literal["json", "console"] = Field(
+        default="json", description="json (one JSON object per line) or console (readable lines)"
+    )
 
 
 class HttpServerSettings(BaseSettings):
@@ -228,16 +236,23 @@ class HttpServerSettings(BaseSettings):
         default=1024,
         ge=1,
         le=100_000,
-        description="open connections at most; beyond it the one waiting longest for a request head is closed",
+        description="open connections at most; beyond it the connection waiting longest for a request head is "
+        "closed (503 only when every connection is busy being served)",
     )
     header_timeout: float = Field(
-        default=10.0, gt=0, le=300, description="seconds a connection may take to send a request's head"
+        default=10.0,
+        gt=0,
+        le=300,
+        description="seconds a connection may take to send a request's head (408 and closed beyond)",
     )
     max_header_bytes: int = Field(
         default=16_384, ge=1024, le=1_048_576, description="bytes of request line + headers at most (431 beyond)"
     )
     max_body_bytes: int = Field(
-        default=65_536, ge=0, le=16_777_216, description="bytes of request body at most (413 beyond)"
+        default=65_536,
+        ge=0,
+        le=16_777_216,
+        description="bytes of request body at most (413 beyond; no endpoint reads a body)",
     )
     keepalive_timeout: float = Field(
         default=5.0, gt=0, le=300, description="seconds an idle keep-alive connection stays open"
@@ -250,34 +265,39 @@ class ClientSettings(StoreSettings):
     timesvc_urls: str = Field(
         default="",
         validation_alias=_alias("CHRONOLOCK_TIMESVC_URLS"),
-        description="comma-separated timesvc base URLs; empty = take global time from the store directly",
+        description="comma-separated timesvc base URLs, tried in turn (fail-over); empty = take global time "
+        "from the store directly (one machine only)",
     )
     leasewatch_url: str = Field(
         default="",
         validation_alias=_alias("CHRONOLOCK_LEASEWATCH_URL"),
-        description="leasewatch base URL for wake-ups; empty = poll the store with capped back-off",
+        description="leasewatch base URL for wake-ups; empty = poll the store with capped back-off. If "
+        "leasewatch is unreachable, waiters fall back to that polling at once (with a cool-down before "
+        "trying it again)",
     )
     lease: float = Field(
-        default=10.0, gt=0, le=3600, validation_alias=_alias("CHRONOLOCK_LEASE"), description="lease length, s"
+        default=10.0, gt=0, le=3600, validation_alias=_alias("CHRONOLOCK_LEASE"), description="lease length, seconds"
     )
     http_timeout: float = Field(
         default=2.0,
         gt=0,
         le=600,
         validation_alias=_alias("CHRONOLOCK_HTTP_TIMEOUT"),
-        description="timeout per HTTP call, s",
+        description="timeout per HTTP call, seconds",
     )
     clock_max_age: float = Field(
         default=1.0,
         ge=0,
         le=10,
         validation_alias=_alias("CHRONOLOCK_CLOCK_MAX_AGE"),
-        description="s a global-time answer is extrapolated for tickets (0 = ask every time)",
+        description="seconds a global-time answer is extrapolated with the local monotonic clock for tickets "
+        "(refreshed in the background after 0.2 s); 0 = ask timesvc for every ticket",
     )
     allow_store_clock: bool = Field(
         default=False,
         validation_alias=_alias("CHRONOLOCK_ALLOW_STORE_CLOCK"),
-        description="allow global time straight from a Cassandra store, without timesvc's runaway guard",
+        description="without timesvc, global time comes straight from the store, unguarded against a skewed "
+        "clock: allowed on the embedded store (one machine), refused on Cassandra unless this is true",
     )
 
 

@@ -24,7 +24,7 @@ permitted here) — the system's configuration is not touched — and a private 
 removes anybody else's images, and its build-stage images cannot pile up in the system's
 store. Everything it creates (containers, images, the store, the volume directory) is removed
 at the end unless ``--keep`` is given. Every step is bounded (see ``timeout=`` below); the
-README records a measured run.
+docs/operations.md records a measured run.
 """
 
 from __future__ import annotations

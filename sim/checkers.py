@@ -1,6 +1,6 @@
 """The simulator's checkers: exact, because the simulation sees everything at once.
 
-Each judges the run against a promise of the README / DESIGN.md §7, at the virtual instant it
+Each judges the run against a promise of docs/guarantees.md / DESIGN.md §7, at the virtual instant it
 is due — not from samples, and never with a tolerance for the machine's load:
 
 * **fencing** — every grant (the compare-and-set that writes ``~holder``) issues the next token
@@ -9,7 +9,7 @@ is due — not from samples, and never with a tolerance for the machine's load:
 * **lease-level exclusion** — at the instant a grant applies in the store, no other owner of that
   lock id still sees ``held == True`` (not released, ``lost`` not set, and its own monotonic clock
   before its ``valid_until``) — a paused process included: its clock runs on while it is paused.
-* **FIFO**, as the README states it — a grant's deciding look (``RemoteLock.looked_at``) sees every
+* **FIFO**, as docs/guarantees.md states it — a grant's deciding look (``RemoteLock.looked_at``) sees every
   queue cell written before it started, so no contender whose cell was live when that look started
   (written before it, not yet withdrawn or revoked), and who was later granted with that same
   ticket, is overtaken by a later ticket.
@@ -334,7 +334,7 @@ class Checkers:
 
     def _lost_after_clean_release(self, state: HolderState) -> None:
         # lost may fire for a lock whose release() was called if it was revoked before the release
-        # landed (README: lost fires for a revocation, an expiry or max_hold) — never when the
+        # landed (docs/guarantees.md: lost fires for a revocation, an expiry or max_hold) — never when the
         # record was ended by this owner's own release.
         if self._removed_how.get(state.lock.owner) == "revoked":
             return
@@ -399,7 +399,7 @@ class Checkers:
     def once_ran(self, job: str, state: HolderState) -> None:
         """A run granted: no earlier than the hold of the last run released early — the upper end of
         global time's interval read just before its grant (at least any global time anybody saw before)
-        is at or past that hold's ``until`` (README, "once per period")."""
+        is at or past that hold's ``until`` (docs/api.md, "Once per period")."""
         last = self._once.get(job)
         if last is None or last[0] >= state.token:
             return
@@ -421,7 +421,7 @@ class Checkers:
         """Without faults (every host's wall clock right, cron firing within a quarter of the tolerance),
         each period's firings run the job at most once — and at least once, unless every firing of the
         period found the lock held (the last run still parked: its hold counts from its grant, so a run
-        that took long to be granted holds into the next period's firings; README "once per period")."""
+        that took long to be granted holds into the next period's firings; docs/api.md, "Once per period")."""
         if self.sim.config.faults != "none":
             return
         holders: dict[str, tuple[list[int], list[tuple[str, int] | None]]] = {}
@@ -650,7 +650,7 @@ class Checkers:
 
     def _check_fifo(self) -> None:
         """No grant overtakes a ticket whose cell was written before the grant's deciding look
-        started and which was later granted with that same ticket (README, "Order (FIFO)").
+        started and which was later granted with that same ticket (docs/guarantees.md, "Order (FIFO)").
 
         For each grant ``later``, the grants made while it waited (after its cell was written)
         are the only ones that can have overtaken it."""
@@ -672,7 +672,7 @@ class Checkers:
                         continue
                     deleted = self._cell_deleted.get((lock_id, later.ticket))
                     # Surely seen by the look: written before it started and still there when the grant
-                    # applied. A waiter whose cell leasewatch revoked has lost its place (README "Order
+                    # applied. A waiter whose cell leasewatch revoked has lost its place (docs/guarantees.md "Order
                     # (FIFO)") — also when the grant's look started before the revocation and its read
                     # arrived after it, and even if that waiter is granted later with the same ticket (a
                     # grant sent with its enqueue, delayed in the network past the revocation: found by

@@ -561,7 +561,7 @@ class Client:
         sim.checkers.releasing(state)
         try:
             held = (release or lock.release)()
-        except ChronolockError as exc:  # release never raises for a store failure (README)
+        except ChronolockError as exc:  # release never raises for a store failure (docs/api.md)
             sim.checkers.violation("release", f"release() raised {type(exc).__name__}: {exc}")
             return
         sim.stats.releases += 1

@@ -17,7 +17,7 @@ against DESIGN.md §7:
   whenever it changes). A holder paused by SIGSTOP keeps believing until that ``valid_until``:
   that is exactly the promise leasewatch must keep. Commands under ``lockctl run`` believe from
   their start to their exit; a command whose *supervisor* was paused or killed is judged only
-  until that fault (the README: only the fencing token protects against a paused supervisor).
+  until that fault (docs/lockctl.md: only the fencing token protects against a paused supervisor).
   A fenced write refused as stale while its holder still believed it held the lock is the same
   violation seen from the resource.
 * :func:`check_no_leaks` — every acquisition ends in a release, a loss signal, or (its process
@@ -123,7 +123,7 @@ class Acquisition:
     token: int | None = None
     ticket: str | None = None
     waited: bool = True
-    """False: granted on its first look, its ticket not settled (README, "Order (FIFO)")."""
+    """False: granted on its first look, its ticket not settled (docs/guarantees.md, "Order (FIFO)")."""
 
 
 class History:
@@ -658,13 +658,13 @@ def check_now(
     """``/now`` reads must be linearizable among themselves, strictly, and every value within
     ``max_skew`` of real time at some moment of its read's window — always: no fault of one timesvc
     clock excuses a value (issue 22; the checker used to excuse ticket deviations while a timesvc
-    clock ran fast or had jumped, which hid global time being dragged). Tickets (README, "Order") are
+    clock ran fast or had jumped, which hid global time being dragged). Tickets (docs/guarantees.md, "Order") are
     linearizable with the reads too, with one documented exception, counted in the stats: by up to the
     timesvc replicas' disagreement — bounded here by the slowest ``/now`` round trip of the readers
     within a second of the ticket's acquisition."""
     out: list[Violation] = []
     reads, raw = now_reads(h, tickets=tickets)
-    # A ticket granted on the first look skipped the commit wait (README, "Order (FIFO)"): it is
+    # A ticket granted on the first look skipped the commit wait (docs/guarantees.md, "Order (FIFO)"): it is
     # still at least every value read before its acquisition began, but a read that starts after
     # the grant may be below it — as if the ticket's read never completed.
     unsettled = {f"ticket of {a.op_id}" for a in h.acquisitions if a.outcome == "ok" and a.ticket and not a.waited}

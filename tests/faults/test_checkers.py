@@ -362,7 +362,7 @@ def test_now_judges_tickets_as_reads_taken_inside_their_acquisition() -> None:
 
 
 def test_a_ticket_granted_on_the_first_look_may_be_ahead_of_later_reads() -> None:
-    """README "Order": a contender granted at once skips the commit wait, so a /now read that starts
+    """docs/guarantees.md, "Order": a contender granted at once skips the commit wait, so a /now read that starts
     after its grant may be below its ticket; it must still be at least every read before it began."""
     wall = 1000.0
     for waited in (False, True):
@@ -417,7 +417,7 @@ def test_liveness_does_not_judge_lockctl_waiters_whose_enqueue_it_cannot_see() -
 
 
 def test_ticket_order_exceptions_are_bounded_and_counted() -> None:
-    """README "Order": tickets are linearizable with /now reads except by up to one /now round trip
+    """docs/guarantees.md, "Order": tickets are linearizable with /now reads except by up to one /now round trip
     (replicas' disagreement), counted; anything beyond it, and any /now read behind another, is a
     violation — also while a timesvc clock is faulty (issue 22: no fault of one clock excuses anything)."""
     wall = 1000.0

@@ -1,7 +1,7 @@
 """`make image-test` (scripts/image_test.py) is slow and needs root and podman, so `make test`
 only checks its shape: the target exists apart from `test`, installs its tools, and the script
 builds the repository's Dockerfile on a local base and runs what it builds read-only as the
-image's numeric user. Running it for real is `make image-test` (README, "Operating chronolock")."""
+image's numeric user. Running it for real is `make image-test` (docs/operations.md)."""
 
 from __future__ import annotations
 

@@ -267,7 +267,7 @@ def test_a_page_of_locks_reads_a_bounded_slice_at_100000_ids(processes: Fleet, s
     `limit` index cells per shard and the page's own locks, whatever the number of ids: the
     pages are right (order, cursors, prefixes) and what one page reads from the store is
     bounded by `limit`, not by the 100,000 ids. Its time is printed, not asserted (the
-    README quotes it; a wall-clock bound would only measure the machine's load)."""
+    docs quote it; a wall-clock bound would only measure the machine's load)."""
     from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HolderRecord
     from lockclient.lockid import INDEX_SHARDS, index_shard, make_ticket
     from lockclient.store import Table
