@@ -64,7 +64,7 @@ def test_a_long_command_is_shortened_and_a_bad_label_is_refused(env: dict[str, s
 
 
 def test_revoke_ends_the_holder_with_that_token_only(env: dict[str, str], background: Background) -> None:
-    marker, release = background.hold("stuck", "holder", "--label", "stuck job")
+    marker, _release = background.hold("stuck", "holder", "--label", "stuck job")
     held = read_marker(marker)
     token = int(held["CHRONOLOCK_FENCING_TOKEN"])
     waiter = background.start("run", "stuck", "--", "true")
@@ -90,7 +90,7 @@ def test_revoke_ends_the_holder_with_that_token_only(env: dict[str, str], backgr
 
 
 def test_revoke_a_semaphore_permit(env: dict[str, str], background: Background) -> None:
-    marker, release = background.hold("pool", "first", "--limit", "2", "--label", "first permit")
+    marker, _release = background.hold("pool", "first", "--limit", "2", "--label", "first permit")
     first = read_marker(marker)
     marker2, release2 = background.hold("pool", "second", "--limit", "2")
     second = read_marker(marker2)
