@@ -162,6 +162,7 @@ class LeaseOut(BaseModel):
     lease_s: float
     holding: bool
     observed_age_s: float | None = Field(description="seconds since this watcher saw the record change")
+    label: str | None = Field(default=None, description="the owner's label (get_lock(..., label=...)); None: none")
 
 
 class QueueEntryOut(BaseModel):
@@ -174,6 +175,7 @@ class QueueEntryOut(BaseModel):
         "(errs by the clock skew between them); None for the holder"
     )
     lease_age_s: float | None
+    label: str | None = Field(default=None, description="the owner's label; None: none")
 
 
 class HolderOut(BaseModel):
@@ -187,6 +189,13 @@ class HolderOut(BaseModel):
         "watch); its grant, unless the holder was already there when this replica began watching the lock"
     )
     held_for_s: float | None = Field(description="seconds since seen_since: the hold time, at least")
+    label: str | None = Field(default=None, description="the holder's label (get_lock(..., label=...)); None: none")
+    payload: str | None = Field(default=None, description="the holder's payload (at most 1 KiB of text); None: none")
+    granted_at: datetime | None = Field(
+        default=None,
+        description="the grant's global time as the holder estimated it (ticket time + its own elapsed time); "
+        "None: not recorded (older clients, the baseline algorithm)",
+    )
 
 
 class LockOut(BaseModel):
@@ -202,6 +211,7 @@ class LockOut(BaseModel):
 class LockSummary(BaseModel):
     lock_id: str
     holder: str | None
+    holder_label: str | None = Field(default=None, description="the holder's label; None: none")
     fencing_token: int
     queue_length: int
     oldest_lease_age_s: float | None
@@ -874,6 +884,9 @@ def _lock_out(view: LockView, observed: Observed, wall: float) -> LockOut:
             lease_s=holding.lease,
             seen_since=None if held is None else held[0],
             held_for_s=None if held is None else round(held[1], 3),
+            label=holding.label or None,
+            payload=holding.payload or None,
+            granted_at=datetime.fromtimestamp(holding.granted_us / 1e6, UTC) if holding.granted_us else None,
         )
 
     def waited(ticket: str) -> float | None:
@@ -896,6 +909,7 @@ def _lock_out(view: LockView, observed: Observed, wall: float) -> LockOut:
                 holding=holding is not None and ticket == holding.ticket,
                 waited_s=waited(ticket),
                 lease_age_s=ages.get(owner),
+                label=view.labels.get(ticket) or None,
             )
             for ticket, owner in view.queue
         ],
@@ -907,6 +921,7 @@ def _lock_out(view: LockView, observed: Observed, wall: float) -> LockOut:
                 lease_s=lease.lease,
                 holding=lease.holding,
                 observed_age_s=lease.observed_age,
+                label=lease.label or None,
             )
             for lease in view.leases.values()
         ],
@@ -1053,6 +1068,7 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
             LockSummary(
                 lock_id=line.lock_id,
                 holder=line.holder,
+                holder_label=line.holder_label or None,
                 fencing_token=line.fencing_token,
                 queue_length=line.queue_length,
                 oldest_lease_age_s=line.oldest_lease_age,
@@ -1108,7 +1124,15 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         "/revoke/{lock_id:path}",
         response_model=RevokeOut,
         summary="Revoke the holder (admin)",
-        responses={403: {"model": RefusedOut, "description": "no admin token is configured"}, **_REFUSALS},
+        description="Revokes the holder (every holder of a semaphore's or read-write lock's row), or the owner "
+        "named by `owner`; with `token`, only the holder whose fencing token that is, and 409 if no current "
+        "holder has it (the lock changed hands: nothing is revoked). `lockctl revoke NAME --token N` does the "
+        "same on the store directly.",
+        responses={
+            403: {"model": RefusedOut, "description": "no admin token is configured"},
+            409: {"model": RefusedOut, "description": "no current holder has this fencing token"},
+            **_REFUSALS,
+        },
     )
     async def revoke(
         service: ServiceDep,
@@ -1116,6 +1140,9 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         authorization: AuthorizationHeader = None,
         owner: Annotated[
             str | None, Query(max_length=512, description="revoke this owner instead of the holder")
+        ] = None,
+        token: Annotated[
+            int | None, Query(ge=1, description="revoke only the holder with this fencing token (409 if none has it)")
         ] = None,
     ) -> RevokeOut:
         if not admin_tokens:
@@ -1128,8 +1155,10 @@ def create_app(settings: LeasewatchSettings | None = None, *, store: CellStore |
         # Operators may still name a lock whose id predates the stricter rules, to clear it.
         validate_row_id(lock_id, legacy=True)
         watcher = await service.ready()
-        log.info("revoke_requested", lock_id=lock_id, owner=owner, caller=caller)
-        revoked = await asyncio.to_thread(partial(watcher.revoke_now, lock_id, owner, caller=caller))
+        log.info("revoke_requested", lock_id=lock_id, owner=owner, caller=caller, token=token)
+        revoked = await asyncio.to_thread(partial(watcher.revoke_now, lock_id, owner, caller=caller, token=token))
+        if token is not None and not revoked:
+            raise HTTPException(409, f"no current holder of {lock_id!r} has fencing token {token}: nothing revoked")
         return RevokeOut(lock_id=lock_id, revoked=revoked)
 
     @app.get(

@@ -42,6 +42,8 @@ class SlotOut(BaseModel):
     observed_age_s: float | None = Field(description="seconds since this replica saw the lease change")
     since: datetime | None = Field(description="an election's term: global time just before its grant")
     held_until: datetime | None = Field(description="min_hold: released early, held until this global time")
+    label: str | None = Field(default=None, description="the holder's label; None: none")
+    payload: str | None = Field(default=None, description="the holder's payload; None: none")
 
 
 class WaiterOut(BaseModel):
@@ -52,6 +54,7 @@ class WaiterOut(BaseModel):
     enqueued_at: datetime
     holding: bool
     waited_s: float | None
+    label: str | None = Field(default=None, description="the owner's label; None: none")
 
 
 class PrimitiveOut(BaseModel):
@@ -83,6 +86,8 @@ def primitive_out(name: str, kind: Kind, row: str, view: LockView, wall: float) 
             observed_age_s=lease.observed_age,
             since=_utc(lease.since_us),
             held_until=_utc(lease.until_us),
+            label=lease.label or None,
+            payload=lease.payload or None,
         )
         for column, lease in view.slots.items()
     ]
@@ -102,6 +107,7 @@ def primitive_out(name: str, kind: Kind, row: str, view: LockView, wall: float) 
                 enqueued_at=datetime.fromtimestamp((issued or 0.0), UTC),
                 holding=ticket in held,
                 waited_s=None if ticket in held or issued is None else round(max(0.0, wall - issued), 3),
+                label=view.labels.get(ticket) or None,
             )
         )
     limit = int(view.limit) if view.limit is not None and view.limit.isdigit() else None

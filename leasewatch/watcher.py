@@ -83,6 +83,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from leasewatch.observed import Observed
+from lockclient.admin import REVOKED_CELL_SHADOW_US, end_holder
 from lockclient.backoff import BACKOFF_INDEX_MARK
 from lockclient.errors import StoreError, StoreOutcomeUnknown
 from lockclient.lease import (
@@ -94,13 +95,12 @@ from lockclient.lease import (
     holder_columns,
     is_holder_column,
     parse_fence,
-    removal,
 )
 from lockclient.lockid import INDEX_SHARDS, index_shard, make_ticket
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Runtime
 from lockclient.settle import ENDED_COLUMN, EndRecord
-from lockclient.store import CasResult, Cell, CellStore, Table
+from lockclient.store import Cell, CellStore, Table
 from lockclient.store.base import ANY, CompareAndSet, Delete, Get, Op, ReadRow, new_attempt_id
 from lockclient.store.opener import public_error
 from lockclient.watermark import HEAD, parse_marks
@@ -127,10 +127,8 @@ INDEX_WINDOW_US = 10_000_000
 """How far below the newest index entry seen an entry still counts as new: contenders stamp
 their entries with global time, so a new one is never that far behind another."""
 
-REVOKED_CELL_SHADOW_US = 3_600_000_000
-"""A revoked waiter's queue cell is deleted this far above its write timestamp: no renewal
-the waiter sends before it notices can resurrect it (ticket columns are unique per attempt,
-so nothing else is ever shadowed)."""
+# A revoked waiter's (or holder's) queue cell is deleted this far above its write timestamp: see
+# lockclient.admin, which ends a holder record for leasewatch and for `lockctl revoke` alike.
 
 _Key = tuple[str, str]
 """(lock id, ``~holder``) for a holder's lease — (lock id, ``~holder:<k>``) for the holder of a slot
@@ -214,6 +212,12 @@ class LeaseView:
     """A parked record's hold (``min_hold``): held until this global time (0: not parked)."""
     mode: str = ""
     """A queue cell's mode (``r`` / ``w`` for a read-write lock's reader / writer)."""
+    label: str = ""
+    """The owner's label (``get_lock(..., label=...)``; empty: none)."""
+    payload: str = ""
+    """The holder's payload (empty for a waiter, or none given)."""
+    granted_us: int = 0
+    """The holder's grant, in global µs, estimated (0: unknown)."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,8 @@ class LockView:
     modes: dict[str, str] = field(default_factory=dict)
     """Ticket -> the mode of its queue cell (``r``, ``w``; absent for a lock's or a semaphore's)."""
     limit: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    """Ticket -> the label of its queue cell (absent: none)."""
     """A semaphore's limit (a read-write lock's max_readers), as stored."""
 
 
@@ -246,6 +252,8 @@ class LockSummaryView:
     oldest_lease_age: float | None
     most_overdue: float | None = None
     """The largest (unchanged for / its lease length) of its leases: above 1 a lease is overdue."""
+    holder_label: str = ""
+    """The holder's label (a semaphore's first slot's; empty: none)."""
 
 
 @dataclass
@@ -794,26 +802,16 @@ class Watcher:
                 return False
             self._record(lock_id, _owner_of(raw), reason, unchanged, holder=True, caller=caller)
             return True
-        op = removal(lock_id, raw, record, "revoked", runtime=self._runtime, column=column)
-        ended = ended_column_for(column)
+        # The same code path as `lockctl revoke`: compare-and-set on exactly `raw`, end record,
+        # then the holder's queue cell and baseline cell (lockclient.admin.end_holder).
         try:
-            result: CasResult = self.store.compare_and_set(op.row, op.expected, op.updates)
-            applied = result.applied
-        except StoreOutcomeUnknown:
-            end = op.updates[ended]
-            applied = end is not None and self._settle_revocation(lock_id, record.owner, end, ended)
-        if not applied:
+            ended = end_holder(self.store, lock_id, raw, column=column, runtime=self._runtime)
+        except StoreOutcomeUnknown as exc:
+            log.warning("revoke_unsettled", lock_id=lock_id, owner=record.owner, error=str(exc))
+            return False
+        if ended is None:
             log.info("revoke_skipped", lock_id=lock_id, detail="record changed or already gone")
             return False
-        if record.ticket:
-            cell = self.store.get(Table.QUEUE, lock_id, record.ticket)
-            if cell is not None:
-                self.store.delete(
-                    Table.QUEUE, lock_id, record.ticket, timestamp=cell.timestamp + REVOKED_CELL_SHADOW_US
-                )
-        backoff = self.store.get(Table.BACKOFF_MAIN, lock_id, record.owner)
-        if backoff is not None:
-            self.store.delete(Table.BACKOFF_MAIN, lock_id, record.owner, timestamp=backoff.timestamp + 1)
         self._record(lock_id, record.owner, reason, unchanged, holder=True, caller=caller)
         return True
 
@@ -910,8 +908,10 @@ class Watcher:
         *,
         reason: str = "revoked by an operator",
         caller: str | None = None,
+        token: int | None = None,
     ) -> list[str]:
-        """Operator revocation (``POST /revoke/{id}``): the holder, or one named owner.
+        """Operator revocation (``POST /revoke/{id}``): the holder, or one named owner — or, with
+        ``token``, only the holder whose fencing token it is (nothing if no current holder has it).
 
         The holder is revoked by compare-and-set on the value just read, retried a few
         times if it renews in between; a waiter by deleting its queue cell."""
@@ -921,7 +921,13 @@ class Watcher:
                 state = self._read(lock_id)
                 # A semaphore's or read-write lock's row may have several holders: without an owner,
                 # every one of them is revoked.
-                targets = {c: raw for c, raw in state.slots.items() if owner is None or _owner_of(raw) == owner}
+                targets = {
+                    c: raw
+                    for c, raw in state.slots.items()
+                    if (owner is None or _owner_of(raw) == owner) and (token is None or _token_of(raw) == token)
+                }
+                if token is not None and not targets:
+                    return revoked
                 if targets:
                     for column, raw in targets.items():
                         if self._revoke_holder(lock_id, raw, reason, None, caller=caller, column=column):
@@ -996,10 +1002,24 @@ class Watcher:
         leases: dict[str, LeaseView] = {}
         slots: dict[str, LeaseView] = {}
         modes: dict[str, str] = {}
+        labels: dict[str, str] = {}
         with self._lock:
             for column, h in records.items():
                 age = self._age((lock_id, column), state.slots[column], now)
-                seen = LeaseView(h.owner, h.ticket, h.version, h.lease, True, age, h.token, h.since, h.until)
+                seen = LeaseView(
+                    h.owner,
+                    h.ticket,
+                    h.version,
+                    h.lease,
+                    True,
+                    age,
+                    h.token,
+                    h.since,
+                    h.until,
+                    label=h.label,
+                    payload=h.payload,
+                    granted_us=h.granted,
+                )
                 leases[h.owner] = slots[column] = seen
             queue: list[tuple[str, str]] = []
             for cell in state.queue:
@@ -1011,12 +1031,16 @@ class Watcher:
                 queue.append((cell.column, record.owner))
                 if record.mode:
                     modes[cell.column] = record.mode
+                if record.label:
+                    labels[cell.column] = record.label
                 if cell.column in tickets:
                     continue
                 age = self._age((lock_id, cell.column), cell.value, now)
-                leases[record.owner] = LeaseView(record.owner, cell.column, record.version, record.lease, False, age)
+                leases[record.owner] = LeaseView(
+                    record.owner, cell.column, record.version, record.lease, False, age, label=record.label
+                )
         head = queue[0][0] if queue else None
-        return LockView(lock_id, holders, token, fence_owner, queue, leases, head, slots, modes, state.limit)
+        return LockView(lock_id, holders, token, fence_owner, queue, leases, head, slots, modes, state.limit, labels)
 
     def page(
         self, *, after: str | None = None, limit: int = 100, prefix: str = ""
@@ -1062,6 +1086,7 @@ class Watcher:
                         queue_length=len(queues.get(lock_id, ())),
                         oldest_lease_age=max(known) if known else None,
                         most_overdue=round(max(overdue), 3) if overdue else None,
+                        holder_label=_label_of(raw) if raw is not None else "",
                     )
                 )
         return out, (ids[-1] if len(ids) == limit else None)
@@ -1077,3 +1102,17 @@ def _owner_of(raw: str) -> str:
         return HolderRecord.decode(raw).owner
     except StoreError:
         return ""
+
+
+def _label_of(raw: str) -> str:
+    try:
+        return HolderRecord.decode(raw).label
+    except StoreError:
+        return ""
+
+
+def _token_of(raw: str) -> int | None:
+    try:
+        return HolderRecord.decode(raw).token
+    except StoreError:
+        return None

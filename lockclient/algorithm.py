@@ -111,6 +111,13 @@ class Acquisition:
     stamp_grant: bool = False
     """Read global time just before the grant and put it in the holder record (``since``): an
     election's ``leader()`` says since when its leader leads."""
+    label: str = ""
+    """The owner's label, for the holder record and the queue cell (:mod:`lockclient.labels`)."""
+    payload: str = ""
+    """The holder's payload, for the holder record."""
+    ticket_taken: tuple[int, float] | None = None
+    """(global µs of the ticket, monotonic time it was taken): the holder record's ``granted``
+    estimate is that global time plus the monotonic time elapsed until the grant is sent."""
 
     def io(self, fn: Callable[[], T]) -> T:
         """A call that may block on I/O the runtime cannot wait for by itself (the clock's HTTP)."""
@@ -207,9 +214,24 @@ def take(
         # A fresh attempt id for every grant attempt: the value is this call's alone, so finding
         # it in the store proves that this very attempt applied (and the lease is dated from its
         # start, taken before it was sent).
-        record = HolderRecord(owner, 1, services.lease, ticket, token, new_attempt_id(services.runtime), since)
-        value = record.encode()
         started = services.monotonic()
+        granted = since
+        if not granted and attempt.ticket_taken is not None:
+            ticket_us, taken_at = attempt.ticket_taken
+            granted = ticket_us + max(0, int((started - taken_at) * 1_000_000))
+        record = HolderRecord(
+            owner,
+            1,
+            services.lease,
+            ticket,
+            token,
+            new_attempt_id(services.runtime),
+            since,
+            label=attempt.label,
+            payload=attempt.payload,
+            granted=granted,
+        )
+        value = record.encode()
         expected = {**(also_expect or {}), column: None, FENCE_COLUMN: fence}
         updates = {**(also_set or {}), column: value, FENCE_COLUMN: format_fence(token, owner)}
         try:

@@ -67,6 +67,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -92,6 +93,7 @@ from lockclient.errors import (
     LockTimeout,
     StoreError,
 )
+from lockclient.labels import check_label, shorten_label
 from lockclient.lockid import validate_lock_id
 from lockclient.logs import configure_logging
 from lockclient.redact import redact, strip_url_credentials
@@ -370,6 +372,16 @@ def run(
             show_default=False,
         ),
     ] = None,
+    label: Annotated[
+        str | None,
+        typer.Option(
+            "--label",
+            metavar="TEXT",
+            help="Label shown with the holder by lockctl list / status and leasewatch (at most 200 bytes). "
+            "Default: 'lockctl run: COMMAND ARGS...', shortened to fit.",
+            show_default=False,
+        ),
+    ] = None,
     verbose: Verbose = 0,
     log_format: LogFormatOption = LogFormat.CONSOLE,
 ) -> None:
@@ -416,6 +428,13 @@ def run(
     if not command:
         _fail(EXIT_USAGE, "error: no command given: lockctl run NAME -- COMMAND [ARGS]...")
     how = _run_kind(limit, shared, exclusive, max_readers, once_per, tolerance, try_=try_, timeout=timeout)
+    if label is None:
+        label = shorten_label(f"lockctl run: {shlex.join(command)}")
+    else:
+        try:
+            check_label(label)
+        except ValueError as exc:
+            _fail(EXIT_USAGE, f"error: --label: {exc}")
 
     from lockclient.locker import RemoteLocker
 
@@ -454,6 +473,7 @@ def run(
                 conflict_exit_code=conflict_exit_code,
                 verbose=verbose > 0,
                 how=how,
+                label=label,
             )
         finally:
             locker.close()
@@ -497,6 +517,7 @@ def _run_locked(
     conflict_exit_code: int = EXIT_BUSY,
     verbose: bool = False,
     how: RunKind | None = None,
+    label: str | None = None,
 ) -> int:
     lock: RemoteLock | None
     started = time.monotonic()
@@ -504,7 +525,7 @@ def _run_locked(
     with _clear_errors():
         try:
             if how is not None and (how.kind != "lock" or how.once_per is not None):
-                lock = how.acquire(locker, name, timeout=timeout, try_=try_, cancel=trap.event)
+                lock = how.acquire(locker, name, timeout=timeout, try_=try_, cancel=trap.event, label=label)
                 if lock is None and how.once_per is not None:
                     logging.getLogger("lockctl").info(
                         "once-per: %r ran within the last %gs of global time, or runs now: skipped", name, how.min_hold
@@ -513,14 +534,14 @@ def _run_locked(
                 if lock is None:
                     _fail(conflict_exit_code, f"{how.describe(name)} is busy; not waiting (--try)")
             elif try_:
-                lock = locker.try_get_lock(name)
+                lock = locker.try_get_lock(name, label=label)
                 if lock is None:
                     _fail(conflict_exit_code, f"lock {name!r} is busy (held or awaited); not waiting (--try)")
             else:
                 if progress is not None:
                     progress.start()
                 try:
-                    lock = locker.get_lock(name, timeout, cancel=trap.event)
+                    lock = locker.get_lock(name, timeout, cancel=trap.event, label=label)
                 finally:
                     if progress is not None:
                         progress.stop()
@@ -719,6 +740,7 @@ def _status_dict(status: LockStatus) -> dict[str, Any]:
                 "ticket": entry.ticket,
                 "enqueued_us": entry.enqueued_us,
                 "enqueued_at": _iso(entry.enqueued_us),
+                "label": entry.label or None,
             }
             for position, entry in enumerate(status.queue)
         ],
@@ -730,6 +752,8 @@ def _status_dict(status: LockStatus) -> dict[str, Any]:
                 "holding": record.holding or owner in status.holders,
                 "ticket": record.ticket,
                 "enqueued_at": _iso(ticket_time(record.ticket)) if record.ticket[:1].isdigit() else None,
+                "label": record.label or None,
+                "payload": record.payload or None,
             }
             for owner, record in sorted(status.leases.items())
         ],
@@ -748,6 +772,11 @@ def _print_status(data: dict[str, Any]) -> None:
     summary.add_row("lock", Text(data["lock_id"]))
     holders = data["holders"]
     summary.add_row("holder", Text(", ".join(holders)) if holders else Text("none (free)", style="green"))
+    for record in data["leases"]:
+        if record["holding"] and record["label"]:
+            summary.add_row("label", Text(record["label"]))
+        if record["holding"] and record["payload"]:
+            summary.add_row("payload", Text(record["payload"]))
     token = data["fencing_token"]
     if token:
         summary.add_row("fencing token", Text(f"{token} (taken by {data['fencing_owner'] or '?'})"))
@@ -759,10 +788,11 @@ def _print_status(data: dict[str, Any]) -> None:
     queue.add_column("#", justify="right")
     queue.add_column("ticket time (UTC)")
     queue.add_column("owner")
+    queue.add_column("label")
     for entry in data["queue"]:
-        queue.add_row(str(entry["position"]), entry["enqueued_at"], Text(entry["owner"]))
+        queue.add_row(str(entry["position"]), entry["enqueued_at"], Text(entry["owner"]), Text(entry["label"] or ""))
     if not data["queue"]:
-        queue.add_row("", "empty", "")
+        queue.add_row("", "empty", "", "")
     console.print(queue)
 
     leases = Table(title="lease records", title_justify="left")
@@ -963,6 +993,8 @@ def settings_command(
 
 
 # `lockctl elect` and `lockctl watch` (issue 26) live in their own module; importing it registers them.
+# `lockctl list` and `lockctl revoke` (issue 25) too.
+from lockclient import cli_admin as _cli_admin  # noqa: E402, F401
 from lockclient import cli_primitives as _cli_primitives  # noqa: E402, F401
 
 

@@ -184,7 +184,10 @@ class FairQueue:
         # The upper end of global time's interval: no smaller than any time another contender
         # could have seen before now (lockclient.clock, "Tickets are linearizable").
         now = attempt.io(lambda: take_ticket_time(self.s.clock))
-        waiter = WaiterLease(lock_id, owner, make_ticket(now, owner), self.s.lease, runtime=self.s.runtime)
+        attempt.ticket_taken = (now, self.s.monotonic())
+        waiter = WaiterLease(
+            lock_id, owner, make_ticket(now, owner), self.s.lease, runtime=self.s.runtime, label=attempt.label
+        )
         stamp = self.s.timestamps.next(now)
         start = self.s.watermarks.start(lock_id, waiter.ticket)
         ops: list[Op] = [

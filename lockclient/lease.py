@@ -155,6 +155,17 @@ class HolderRecord:
     and the lock stays held until global time reaches this (µs). Nobody renews a parked record; a
     contender whose global clock has passed ``until`` removes it, and leasewatch does after its
     ``lease`` (set to the rest of the hold, with a margin) if nobody comes."""
+    label: str = ""
+    """The holder's label (:mod:`lockclient.labels`; empty: none). Like every optional field it is
+    written only when set, and readers ignore fields they do not know: a record with a label reads
+    as before in an older chronolock, and an older record reads here with an empty label."""
+    payload: str = ""
+    """The holder's payload (:mod:`lockclient.labels`; empty: none)."""
+    granted: int = 0
+    """Global time (µs) of the grant, *estimated* for display ("held for"): the ticket's global
+    time plus this process's monotonic time from taking the ticket to sending the grant — or
+    ``since`` when the grant was stamped. Never used to decide anything. 0: unknown (the baseline
+    algorithm, records written before it existed)."""
 
     def encode(self) -> str:
         data: dict[str, object] = {"o": self.owner, "v": self.version, "l": self.lease, "t": self.ticket}
@@ -165,6 +176,12 @@ class HolderRecord:
             data["s"] = self.since
         if self.until:
             data["u"] = self.until
+        if self.label:
+            data["n"] = self.label
+        if self.payload:
+            data["p"] = self.payload
+        if self.granted:
+            data["g"] = self.granted
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -180,6 +197,9 @@ class HolderRecord:
                 str(data.get("a", "")),
                 int(data.get("s", 0)),
                 int(data.get("u", 0)),
+                str(data.get("n", "")),
+                str(data.get("p", "")),
+                int(data.get("g", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"malformed holder record {raw[:100]!r}") from exc
@@ -224,18 +244,23 @@ class WaiterRecord:
     mode: str = ""
     """What the waiter wants, where a primitive has several kinds of holder: ``"r"`` (a reader of a
     read-write lock) or ``"w"`` (its writer); empty for a lock or a semaphore."""
+    label: str = ""
+    """The waiter's label (:mod:`lockclient.labels`), written only when set. The payload is not
+    here: it waits for the holder record (every look at the queue reads every cell)."""
 
     def encode(self) -> str:
         data: dict[str, object] = {"o": self.owner, "v": self.version, "l": self.lease}
         if self.mode:
             data["k"] = self.mode
+        if self.label:
+            data["n"] = self.label
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def decode(cls, raw: str) -> WaiterRecord:
         data = _loads(raw, "queue cell")
         try:
-            return cls(str(data["o"]), int(data["v"]), float(data["l"]), str(data.get("k", "")))
+            return cls(str(data["o"]), int(data["v"]), float(data["l"]), str(data.get("k", "")), str(data.get("n", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"malformed queue cell {raw[:100]!r}") from exc
 
@@ -248,6 +273,12 @@ class LeaseRecord:
     lease: float
     ticket: str
     holding: bool = False
+    label: str = ""
+    """The owner's label (:mod:`lockclient.labels`; empty: none)."""
+    payload: str = ""
+    """The holder's payload (empty for a waiter, or none given)."""
+    granted_us: int = 0
+    """A holder's grant, in global µs, estimated (:attr:`HolderRecord.granted`; 0: unknown)."""
 
 
 def parse_fence(raw: str | None) -> tuple[int, str]:
@@ -664,14 +695,15 @@ class WaiterLease:
         *,
         runtime: Runtime = THREADS,
         mode: str = "",
+        label: str = "",
     ) -> None:
-        """``mode``: what the waiter wants (:attr:`WaiterRecord.mode`)."""
+        """``mode``: what the waiter wants (:attr:`WaiterRecord.mode`); ``label``: its label."""
         self.lock_id = lock_id
         self.owner = owner
         self.ticket = ticket
         self.lease = lease
         self.monotonic = monotonic = runtime.monotonic
-        self.record = WaiterRecord(owner, 1, lease, mode)
+        self.record = WaiterRecord(owner, 1, lease, mode, label)
         self.renewed_at = monotonic()
         self.enqueued_at: float | None = None
         self.renew_failures = 0

@@ -42,6 +42,7 @@ from lockclient.errors import LockCancelled, LockLost, LockNotOwned, LockReenter
 from lockclient.fairqueue import FairQueue
 from lockclient.hold import check_min_hold, hold_until, prepare_park
 from lockclient.keeper import Keeper
+from lockclient.labels import check_label, check_payload
 from lockclient.lease import (
     FENCE_COLUMN,
     HOLDER_COLUMN,
@@ -96,6 +97,8 @@ class QueueEntry:
     ticket: str
     owner: str
     enqueued_us: int
+    label: str = ""
+    """The owner's label (``get_lock(..., label=...)``; empty: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,16 @@ class RemoteLock:
     def thread_id(self) -> str:
         """The thesis' name for the owner id (``IRemoteLock.ThreadId``)."""
         return self.owner
+
+    @property
+    def label(self) -> str:
+        """The label this lock was taken with (empty: none), as its holder record carries it."""
+        return self._lease.record.label
+
+    @property
+    def payload(self) -> str:
+        """The payload this lock was taken with (empty: none)."""
+        return self._lease.record.payload
 
     @property
     def lost(self) -> threading.Event:
@@ -416,6 +429,8 @@ class RemoteLocker:
         cancel: Event | None = None,
         max_hold: float | None = None,
         min_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> RemoteLock:
         """Block until the lock is held (first come, first served) and return it.
 
@@ -424,32 +439,51 @@ class RemoteLocker:
         behind in the store (or, if the store is away, it is removed in the background).
         ``min_hold``: the lock stays held at least this many seconds of global time from the
         grant, even if released earlier (:mod:`lockclient.hold`).
+
+        ``label``: a short text saying who holds the lock, for people ("billing-worker on web-3";
+        at most 200 bytes, no control characters); ``payload``: a small text for whoever looks
+        (JSON, say; at most 1 KiB). Both are stored with the lease and shown by :meth:`status`,
+        ``lockctl list`` and leasewatch; too long is a ValueError (:mod:`lockclient.labels`).
         """
         validate_lock_id(lock_id)
         _check_timeout(timeout)
         check_min_hold(min_hold)
+        label, payload = check_label(label), check_payload(payload)
         self._check_open()
         who = self._refuse_reentry(lock_id)
         deadline = None if timeout is None else self.runtime.monotonic() + timeout
-        lock = self._acquire(lock_id, deadline, cancel, max_hold, blocking=True, min_hold=min_hold)
+        lock = self._acquire(
+            lock_id, deadline, cancel, max_hold, blocking=True, min_hold=min_hold, label=label, payload=payload
+        )
         assert lock is not None
         self._note_held(lock, who)
         return lock
 
     def try_get_lock(
-        self, lock_id: str, *, max_hold: float | None = None, min_hold: float | None = None
+        self,
+        lock_id: str,
+        *,
+        max_hold: float | None = None,
+        min_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> RemoteLock | None:
         """Take the lock if nobody holds it or waits for it; never waits on a holder.
 
-        Returns None when busy, and then leaves nothing behind in the store. ``min_hold``: as for
-        :meth:`get_lock` (with it, a job fired on many hosts runs once: ``lockctl run --once-per``).
+        Returns None when busy, and then leaves nothing behind in the store. ``min_hold``,
+        ``label``, ``payload``: as for :meth:`get_lock` (with ``min_hold``, a job fired on many
+        hosts runs once: ``lockctl run --once-per``).
         """
         validate_lock_id(lock_id)
         check_min_hold(min_hold)
+        label, payload = check_label(label), check_payload(payload)
         self._check_open()
         # Never waits, so re-entry cannot wait for itself: the holder's own try finds it busy (None).
         return self._note_held(
-            self._acquire(lock_id, None, None, max_hold, blocking=False, min_hold=min_hold), (lock_id, _caller())
+            self._acquire(
+                lock_id, None, None, max_hold, blocking=False, min_hold=min_hold, label=label, payload=payload
+            ),
+            (lock_id, _caller()),
         )
 
     async def aget_lock(
@@ -459,6 +493,8 @@ class RemoteLocker:
         *,
         max_hold: float | None = None,
         min_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> RemoteLock:
         """asyncio twin of :meth:`get_lock`, on the event loop (:mod:`lockclient.runtime.aio`): no
         thread per waiter. Cancelling the awaiting task cancels the acquisition and cleans up —
@@ -470,22 +506,35 @@ class RemoteLocker:
         validate_lock_id(lock_id)
         _check_timeout(timeout)
         check_min_hold(min_hold)
+        label, payload = check_label(label), check_payload(payload)
         self._check_open()
         who = self._refuse_reentry(lock_id)
-        lock = await self._aacquire(lock_id, timeout, max_hold, blocking=True, min_hold=min_hold)
+        lock = await self._aacquire(
+            lock_id, timeout, max_hold, blocking=True, min_hold=min_hold, label=label, payload=payload
+        )
         assert lock is not None
         self._note_held(lock, who)
         return lock
 
     async def atry_get_lock(
-        self, lock_id: str, *, max_hold: float | None = None, min_hold: float | None = None
+        self,
+        lock_id: str,
+        *,
+        max_hold: float | None = None,
+        min_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> RemoteLock | None:
         """asyncio twin of :meth:`try_get_lock`."""
         validate_lock_id(lock_id)
         check_min_hold(min_hold)
+        label, payload = check_label(label), check_payload(payload)
         self._check_open()
         who = (lock_id, _caller())  # no re-entry check: see try_get_lock
-        return self._note_held(await self._aacquire(lock_id, None, max_hold, blocking=False, min_hold=min_hold), who)
+        lock = await self._aacquire(
+            lock_id, None, max_hold, blocking=False, min_hold=min_hold, label=label, payload=payload
+        )
+        return self._note_held(lock, who)
 
     async def _aacquire(
         self,
@@ -495,6 +544,8 @@ class RemoteLocker:
         *,
         blocking: bool,
         min_hold: float | None = None,
+        label: str = "",
+        payload: str = "",
     ) -> RemoteLock | None:
         import asyncio
 
@@ -507,7 +558,15 @@ class RemoteLocker:
 
         def acquire() -> RemoteLock | None:
             return self._acquire(
-                lock_id, deadline, cancel, max_hold, blocking=blocking, runtime=runtime, min_hold=min_hold
+                lock_id,
+                deadline,
+                cancel,
+                max_hold,
+                blocking=blocking,
+                runtime=runtime,
+                min_hold=min_hold,
+                label=label,
+                payload=payload,
             )
 
         def release_if_abandoned(task: asyncio.Future[RemoteLock | None]) -> None:
@@ -571,7 +630,15 @@ class RemoteLocker:
         holder = HolderRecord.decode(raw_holder) if raw_holder is not None else None
         if holder is not None:
             holders.append(holder.owner)
-            leases[holder.owner] = LeaseRecord(holder.version, holder.lease, holder.ticket, holding=True)
+            leases[holder.owner] = LeaseRecord(
+                holder.version,
+                holder.lease,
+                holder.ticket,
+                holding=True,
+                label=holder.label,
+                payload=holder.payload,
+                granted_us=holder.granted,
+            )
         queue: list[QueueEntry] = []
         for cell in cells:
             try:
@@ -579,9 +646,9 @@ class RemoteLocker:
             except StoreError:
                 queue.append(QueueEntry(cell.column, "?", ticket_time(cell.column)))
                 continue
-            queue.append(QueueEntry(cell.column, waiter.owner, ticket_time(cell.column)))
+            queue.append(QueueEntry(cell.column, waiter.owner, ticket_time(cell.column), waiter.label))
             if holder is None or cell.column != holder.ticket:
-                leases[waiter.owner] = LeaseRecord(waiter.version, waiter.lease, cell.column)
+                leases[waiter.owner] = LeaseRecord(waiter.version, waiter.lease, cell.column, label=waiter.label)
         return LockStatus(lock_id, holders, token, fence_owner, queue, leases)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -710,30 +777,61 @@ class RemoteLocker:
         *,
         cancel: Event | None = None,
         max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> Permit:
         """Block until one of the ``limit`` permits of semaphore ``name`` is ours (first come, first
         served) and return it. Up to ``limit`` holders at once, each with its own fencing token; the
         limit is the semaphore's (:class:`~lockclient.errors.LimitMismatch` if it is held with
         another). Raises like :meth:`get_lock`; a semaphore ``name`` is not the lock ``name``."""
-        permit = self._permit(name, _semaphore(limit), timeout, cancel, max_hold, blocking=True)
+        permit = self._permit(
+            name, _semaphore(limit), timeout, cancel, max_hold, blocking=True, label=label, payload=payload
+        )
         assert permit is not None
         return permit
 
-    def try_get_semaphore(self, name: str, limit: int, *, max_hold: float | None = None) -> Permit | None:
+    def try_get_semaphore(
+        self,
+        name: str,
+        limit: int,
+        *,
+        max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
+    ) -> Permit | None:
         """A permit if one is free and nobody waits; None (leaving nothing behind) otherwise."""
-        return self._permit(name, _semaphore(limit), None, None, max_hold, blocking=False)
+        return self._permit(name, _semaphore(limit), None, None, max_hold, blocking=False, label=label, payload=payload)
 
     async def aget_semaphore(
-        self, name: str, limit: int, timeout: float | None = None, *, max_hold: float | None = None
+        self,
+        name: str,
+        limit: int,
+        timeout: float | None = None,
+        *,
+        max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> Permit:
         """asyncio twin of :meth:`get_semaphore`."""
-        permit = await self._apermit(name, _semaphore(limit), timeout, max_hold, blocking=True)
+        permit = await self._apermit(
+            name, _semaphore(limit), timeout, max_hold, blocking=True, label=label, payload=payload
+        )
         assert permit is not None
         return permit
 
-    async def atry_get_semaphore(self, name: str, limit: int, *, max_hold: float | None = None) -> Permit | None:
+    async def atry_get_semaphore(
+        self,
+        name: str,
+        limit: int,
+        *,
+        max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
+    ) -> Permit | None:
         """asyncio twin of :meth:`try_get_semaphore`."""
-        return await self._apermit(name, _semaphore(limit), None, max_hold, blocking=False)
+        return await self._apermit(
+            name, _semaphore(limit), None, max_hold, blocking=False, label=label, payload=payload
+        )
 
     def get_read_lock(
         self,
@@ -743,10 +841,14 @@ class RemoteLocker:
         max_readers: int = 16,
         cancel: Event | None = None,
         max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> Permit:
         """Block until we may read ``name``: no writer holds it, and no writer queued before us
         (writers never starve). Up to ``max_readers`` readers at once."""
-        permit = self._permit(name, _rw(max_readers, "r"), timeout, cancel, max_hold, blocking=True)
+        permit = self._permit(
+            name, _rw(max_readers, "r"), timeout, cancel, max_hold, blocking=True, label=label, payload=payload
+        )
         assert permit is not None
         return permit
 
@@ -758,48 +860,106 @@ class RemoteLocker:
         max_readers: int = 16,
         cancel: Event | None = None,
         max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> Permit:
         """Block until we are the only holder of ``name`` — no reader, no other writer — in our
         turn (first come, first served among readers and writers)."""
-        permit = self._permit(name, _rw(max_readers, "w"), timeout, cancel, max_hold, blocking=True)
+        permit = self._permit(
+            name, _rw(max_readers, "w"), timeout, cancel, max_hold, blocking=True, label=label, payload=payload
+        )
         assert permit is not None
         return permit
 
-    def try_get_read_lock(self, name: str, *, max_readers: int = 16, max_hold: float | None = None) -> Permit | None:
+    def try_get_read_lock(
+        self,
+        name: str,
+        *,
+        max_readers: int = 16,
+        max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
+    ) -> Permit | None:
         """A read lock now if no writer holds or waits and a reader slot is free; else None."""
-        return self._permit(name, _rw(max_readers, "r"), None, None, max_hold, blocking=False)
+        return self._permit(
+            name, _rw(max_readers, "r"), None, None, max_hold, blocking=False, label=label, payload=payload
+        )
 
-    def try_get_write_lock(self, name: str, *, max_readers: int = 16, max_hold: float | None = None) -> Permit | None:
+    def try_get_write_lock(
+        self,
+        name: str,
+        *,
+        max_readers: int = 16,
+        max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
+    ) -> Permit | None:
         """The write lock now if nobody holds or waits; else None."""
-        return self._permit(name, _rw(max_readers, "w"), None, None, max_hold, blocking=False)
+        return self._permit(
+            name, _rw(max_readers, "w"), None, None, max_hold, blocking=False, label=label, payload=payload
+        )
 
     async def aget_read_lock(
-        self, name: str, timeout: float | None = None, *, max_readers: int = 16, max_hold: float | None = None
+        self,
+        name: str,
+        timeout: float | None = None,
+        *,
+        max_readers: int = 16,
+        max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> Permit:
         """asyncio twin of :meth:`get_read_lock`."""
-        permit = await self._apermit(name, _rw(max_readers, "r"), timeout, max_hold, blocking=True)
+        permit = await self._apermit(
+            name, _rw(max_readers, "r"), timeout, max_hold, blocking=True, label=label, payload=payload
+        )
         assert permit is not None
         return permit
 
     async def aget_write_lock(
-        self, name: str, timeout: float | None = None, *, max_readers: int = 16, max_hold: float | None = None
+        self,
+        name: str,
+        timeout: float | None = None,
+        *,
+        max_readers: int = 16,
+        max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> Permit:
         """asyncio twin of :meth:`get_write_lock`."""
-        permit = await self._apermit(name, _rw(max_readers, "w"), timeout, max_hold, blocking=True)
+        permit = await self._apermit(
+            name, _rw(max_readers, "w"), timeout, max_hold, blocking=True, label=label, payload=payload
+        )
         assert permit is not None
         return permit
 
     async def atry_get_read_lock(
-        self, name: str, *, max_readers: int = 16, max_hold: float | None = None
+        self,
+        name: str,
+        *,
+        max_readers: int = 16,
+        max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> Permit | None:
         """asyncio twin of :meth:`try_get_read_lock`."""
-        return await self._apermit(name, _rw(max_readers, "r"), None, max_hold, blocking=False)
+        return await self._apermit(
+            name, _rw(max_readers, "r"), None, max_hold, blocking=False, label=label, payload=payload
+        )
 
     async def atry_get_write_lock(
-        self, name: str, *, max_readers: int = 16, max_hold: float | None = None
+        self,
+        name: str,
+        *,
+        max_readers: int = 16,
+        max_hold: float | None = None,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> Permit | None:
         """asyncio twin of :meth:`try_get_write_lock`."""
-        return await self._apermit(name, _rw(max_readers, "w"), None, max_hold, blocking=False)
+        return await self._apermit(
+            name, _rw(max_readers, "w"), None, max_hold, blocking=False, label=label, payload=payload
+        )
 
     def _permit(
         self,
@@ -810,20 +970,37 @@ class RemoteLocker:
         max_hold: float | None,
         *,
         blocking: bool,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> Permit | None:
+        """``label``, ``payload``: as for :meth:`get_lock` (stored with the permit's holder record)."""
         from lockclient.permits import acquire_permit
 
         _check_timeout(timeout)
+        label, payload = check_label(label), check_payload(payload)
         deadline = None if timeout is None else self.runtime.monotonic() + timeout
-        return acquire_permit(self, name, shape, deadline, cancel, blocking=blocking, max_hold=max_hold)
+        return acquire_permit(
+            self, name, shape, deadline, cancel, blocking=blocking, max_hold=max_hold, label=label, payload=payload
+        )
 
     async def _apermit(
-        self, name: str, shape: Shape, timeout: float | None, max_hold: float | None, *, blocking: bool
+        self,
+        name: str,
+        shape: Shape,
+        timeout: float | None,
+        max_hold: float | None,
+        *,
+        blocking: bool,
+        label: str | None = None,
+        payload: str | None = None,
     ) -> Permit | None:
         from lockclient.permits import aacquire_permit
 
         _check_timeout(timeout)
-        return await aacquire_permit(self, name, shape, timeout, blocking=blocking, max_hold=max_hold)
+        label, payload = check_label(label), check_payload(payload)
+        return await aacquire_permit(
+            self, name, shape, timeout, blocking=blocking, max_hold=max_hold, label=label, payload=payload
+        )
 
     # -- acquisition and release ------------------------------------------------------------
 
@@ -842,6 +1019,8 @@ class RemoteLocker:
         runtime: Runtime | None = None,
         min_hold: float | None = None,
         stamp: bool = False,
+        label: str = "",
+        payload: str = "",
     ) -> RemoteLock | None:
         """``runtime``: the caller's, when it is not the locker's own (``aget_lock``'s event loop).
         ``stamp``: put the global time of the grant in the holder record (an election's leader)."""
@@ -866,6 +1045,8 @@ class RemoteLocker:
             runtime=runtime or self.runtime,
             wakeups=wakeups,
             stamp_grant=stamp or min_hold is not None,
+            label=label,
+            payload=payload,
         )
         started = self.runtime.monotonic()
         outcome = "error"

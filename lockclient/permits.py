@@ -102,6 +102,8 @@ def acquire_permit(
     blocking: bool,
     max_hold: float | None = None,
     runtime: Runtime | None = None,
+    label: str = "",
+    payload: str = "",
 ) -> Permit | None:
     """One acquisition of a permit (a semaphore's, a reader's or the writer's), on the caller's
     runtime. None: not blocking and busy. Mirrors :meth:`RemoteLocker._acquire`."""
@@ -123,6 +125,8 @@ def acquire_permit(
         blocking=blocking,
         runtime=runtime or locker.runtime,
         wakeups=wakeups,
+        label=label,
+        payload=payload,
     )
     shared = _shared(locker)
     started = locker.runtime.monotonic()
@@ -155,6 +159,8 @@ async def aacquire_permit(
     *,
     blocking: bool,
     max_hold: float | None = None,
+    label: str = "",
+    payload: str = "",
 ) -> Permit | None:
     """asyncio twin of :func:`acquire_permit`, on the event loop (see :func:`on_loop`)."""
     validate_lock_id(name)
@@ -162,7 +168,16 @@ async def aacquire_permit(
 
     def acquire(runtime: AsyncioRuntime, cancel: Event, deadline: float | None) -> Permit | None:
         return acquire_permit(
-            locker, name, shape, deadline, cancel, blocking=blocking, max_hold=max_hold, runtime=runtime
+            locker,
+            name,
+            shape,
+            deadline,
+            cancel,
+            blocking=blocking,
+            max_hold=max_hold,
+            runtime=runtime,
+            label=label,
+            payload=payload,
         )
 
     return await on_loop(acquire, timeout)

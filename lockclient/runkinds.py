@@ -134,25 +134,32 @@ class RunKind:
         return None if self.once_per is None else self.once_per - self.effective_tolerance
 
     def acquire(
-        self, locker: RemoteLocker, name: str, *, timeout: float | None, try_: bool, cancel: Event | None
+        self,
+        locker: RemoteLocker,
+        name: str,
+        *,
+        timeout: float | None,
+        try_: bool,
+        cancel: Event | None,
+        label: str | None = None,
     ) -> RemoteLock | None:
         """The lock, permit or hold; None when busy and not waiting (``--try``, ``--once-per``)."""
         lock: RemoteLock | None
         if self.once_per is not None:
-            lock = locker.try_get_lock(name, min_hold=self.min_hold)
+            lock = locker.try_get_lock(name, min_hold=self.min_hold, label=label)
             metrics.ONCE_PER_RUNS.labels("skipped" if lock is None else "ran").inc()
         elif self.limit is not None:
             lock = (
-                locker.try_get_semaphore(name, self.limit)
+                locker.try_get_semaphore(name, self.limit, label=label)
                 if try_
-                else locker.get_semaphore(name, self.limit, timeout, cancel=cancel)
+                else locker.get_semaphore(name, self.limit, timeout, cancel=cancel, label=label)
             )
         elif try_:
             get = locker.try_get_read_lock if self.shared else locker.try_get_write_lock
-            lock = get(name, max_readers=self.max_readers)
+            lock = get(name, max_readers=self.max_readers, label=label)
         else:
             wait = locker.get_read_lock if self.shared else locker.get_write_lock
-            lock = wait(name, timeout, max_readers=self.max_readers, cancel=cancel)
+            lock = wait(name, timeout, max_readers=self.max_readers, cancel=cancel, label=label)
         return lock
 
     def describe(self, name: str) -> str:

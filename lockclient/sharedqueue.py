@@ -196,8 +196,15 @@ class SharedQueue:
         store, lock_id = attempt.store, attempt.lock_id
         owner = make_owner(runtime=self.s.runtime)
         now = attempt.io(lambda: take_ticket_time(self.s.clock))
+        attempt.ticket_taken = (now, self.s.monotonic())
         waiter = WaiterLease(
-            lock_id, owner, make_ticket(now, owner), self.s.lease, runtime=self.s.runtime, mode=shape.mode
+            lock_id,
+            owner,
+            make_ticket(now, owner),
+            self.s.lease,
+            runtime=self.s.runtime,
+            mode=shape.mode,
+            label=attempt.label,
         )
         stamp = self.s.timestamps.next(now)
         ops = [

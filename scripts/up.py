@@ -9,11 +9,19 @@ clone (this stack is the one place that creates a store's directory). What it pr
 names files by absolute path, so the lines work pasted into a shell in any directory:
 clients refuse to run without a store URL and to resolve a relative SQLite path
 against their own working directory.
+
+Revocation over HTTP (leasewatch's ``POST /revoke/{id}``) is refused by leasewatch unless
+``LEASEWATCH_ADMIN_TOKENS`` is set. This stack listens on 127.0.0.1 only, so it enables it: a
+fresh admin token (named ``local``) each start, written to ``.chronolock/admin-token`` (mode
+0600, readable by this user only) and never printed. A ``LEASEWATCH_ADMIN_TOKENS`` of your own
+in the environment is used instead. ``lockctl revoke`` needs none of this: it revokes on the
+store directly (docs/lockctl-admin.md).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -65,6 +73,20 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+def local_admin_token(state: Path) -> str:
+    """A fresh admin token for this stack's leasewatch, in ``state/admin-token`` (0600)."""
+    token = secrets.token_urlsafe(32)
+    path = state / "admin-token"
+    # Created 0600 under a name of its own, then renamed over the old one: never readable by
+    # others, not even for a moment, and two stacks starting at once do not trip over each other.
+    tmp = state / f".admin-token.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.replace(tmp, path)
+    return token
+
+
 def main() -> int:
     STATE.mkdir(exist_ok=True)
     store_url = absolute_store_url(os.environ.get("CHRONOLOCK_STORE_URL") or f"sqlite:///{STATE / 'cells.db'}")
@@ -86,6 +108,11 @@ def main() -> int:
         # The page's time panel polls each replica's /status.
         "LEASEWATCH_TIMESVC_URLS": ",".join(f"http://127.0.0.1:{base + i}" for i in range(3)),
     }
+    own_admin_tokens = bool(os.environ.get("LEASEWATCH_ADMIN_TOKENS") or os.environ.get("LEASEWATCH_ADMIN_TOKEN"))
+    if not own_admin_tokens:
+        # Listening on 127.0.0.1 only: revocation over HTTP is enabled with a token only this
+        # user can read (leasewatch refuses POST /revoke without LEASEWATCH_ADMIN_TOKENS).
+        lw_env["LEASEWATCH_ADMIN_TOKENS"] = f"local:{local_admin_token(STATE)}"
     plan.append(("leasewatch", [str(BIN / "leasewatch"), "serve"], lw_env, base + 3))
     busy = [port for *_, port in plan if not port_is_free(port)]
     if busy:
@@ -144,6 +171,14 @@ def main() -> int:
         print(f"              export CHRONOLOCK_TIMESVC_URLS={urls}")
         print(f"              export CHRONOLOCK_LEASEWATCH_URL=http://127.0.0.1:{base + 3}")
         print(f"then e.g.:    {shlex.quote(str(BIN / 'lockctl'))} run my-lock -- echo hello")
+        lockctl = shlex.quote(str(BIN / "lockctl"))
+        print(f"              {lockctl} list    (then: {lockctl} revoke NAME --token N)")
+        if not own_admin_tokens:
+            token_file = shlex.quote(str(STATE / "admin-token"))
+            print(
+                f'revocation over HTTP: curl -X POST -H "Authorization: Bearer $(cat {token_file})" '
+                f"'http://127.0.0.1:{base + 3}/revoke/NAME?token=N'"
+            )
         print(f"logs in {logs}; Ctrl-C stops everything")
         while all(proc.poll() is None for _, proc, _ in children):
             time.sleep(0.5)

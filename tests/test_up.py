@@ -131,6 +131,16 @@ def test_up_starts_the_stack_stops_it_on_ctrl_c_and_starts_again_at_once(tmp_pat
                 assert client.get(f"http://127.0.0.1:{base + i}/now").json()["replica"] == f"timesvc-{i + 1}"
             assert client.get(f"http://127.0.0.1:{base + 3}/locks").json() == []
             assert client.get(f"http://127.0.0.1:{base + 3}/time").json()["configured"] == 3  # the page's panel
+            # Revocation over HTTP is enabled (issue 25: it was refused after `make up`), with a token
+            # only this user can read; without it, 401.
+            token_file = ROOT / ".chronolock" / "admin-token"
+            assert token_file.stat().st_mode & 0o077 == 0
+            token = token_file.read_text().strip()
+            revoke = f"http://127.0.0.1:{base + 3}/revoke/nobody-holds-this"
+            assert client.post(revoke).status_code == 401
+            answer = client.post(revoke, headers={"Authorization": f"Bearer {token}"})
+            assert answer.status_code == 200 and answer.json()["revoked"] == [], answer.text
+            assert "revocation over HTTP: curl -X POST" in out and token not in out
             assert _stop(proc) == 0
     finally:
         if proc.poll() is None:

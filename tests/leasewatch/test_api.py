@@ -376,3 +376,38 @@ def test_status_and_metrics_report_partitions_and_the_store(processes: Fleet, sq
         assert 'leasewatch_store_bytes{file="database"}' in metrics
         assert "leasewatch_partitions_owned 64.0" in metrics
         assert "leasewatch_store_checkpoints_total" in metrics
+
+
+def test_labels_in_locks_and_revocation_of_one_fencing_token(processes: Fleet, sqlite_url: str) -> None:
+    """Issue 25: /locks and /locks/{id} show the holder's label and payload and the waiters' labels;
+    POST /revoke/{id}?token=N revokes only the holder with that token (409 when none has it)."""
+    lw = processes.leasewatch(sqlite_url, admin_token=TOKEN)
+    lw.wait_ready()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with open_store(sqlite_url) as store, RemoteLocker(store, lease=3) as locker:
+        lock = locker.get_lock("labelled", label="billing-worker on web-3", payload='{"batch": 17}')
+        other = RemoteLocker(open_store(sqlite_url), lease=3, owns_store=True)
+        taken: list[int] = []
+        t = threading.Thread(
+            target=lambda: taken.append(other.get_lock("labelled", timeout=20, label="next").fencing_token)
+        )
+        t.start()
+        with httpx.Client(base_url=lw.url, timeout=10) as http:
+            deadline = time.monotonic() + 10
+            while len(http.get("/locks/labelled").json()["queue"]) < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            body = http.get("/locks/labelled").json()
+            assert body["holder"]["label"] == "billing-worker on web-3"
+            assert body["holder"]["payload"] == '{"batch": 17}' and body["holder"]["granted_at"] is not None
+            assert [q["label"] for q in body["queue"]] == ["billing-worker on web-3", "next"]
+            (line,) = [s for s in http.get("/locks").json() if s["lock_id"] == "labelled"]
+            assert line["holder_label"] == "billing-worker on web-3"
+            refused = http.post("/revoke/labelled", params={"token": 2}, headers=auth)
+            assert refused.status_code == 409 and "fencing token 2" in refused.json()["detail"]
+            assert http.get("/locks/labelled").json()["holders"] == [lock.owner]
+            done = http.post("/revoke/labelled", params={"token": 1}, headers=auth)
+            assert done.status_code == 200 and done.json()["revoked"] == [lock.owner]
+        t.join(timeout=20)
+        assert taken == [2]
+        other.close()
