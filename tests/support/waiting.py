@@ -12,3 +12,67 @@ def wait_until(predicate: Callable[[], object], what: str, timeout: float = 10.0
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         threading.Event().wait(0.01)
+
+
+class StallProbe:
+    """How much of the machine the test's processes were denied: a thread that, every ``period``,
+    wakes up and does a fixed small piece of work, and records as a stall (its start on
+    ``CLOCK_MONOTONIC``, its length) how much later than ``period + jitter`` it woke up and how much
+    longer than its quietest run the work took.
+
+    A liveness bound on real processes holds while they get the CPU; on a shared 2-core machine
+    (CI, or a test run beside ``stress-ng``) they may not: a process that is runnable but not
+    running, or runs at a third of a core, reaches its deadline late. Like the fault harness's
+    *observed* stalls (tests/faults/harness.py), the stall this probe saw during a measured window
+    is added to the bound, so the test judges the promise and not the machine's load. The probe is
+    one more thread among the test's processes (about 5 % of a core), so it waits as they do."""
+
+    def __init__(self, period: float = 0.02, jitter: float = 0.005, work_s: float = 0.001) -> None:
+        self.period = period
+        self.jitter = jitter
+        self._stalls: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._rounds = self._calibrate(work_s)
+        self._quietest = min(self._work() for _ in range(20))
+        self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
+
+    @staticmethod
+    def _calibrate(work_s: float) -> int:
+        rounds = 1000
+        while True:
+            started = time.perf_counter()
+            sum(range(rounds))
+            if time.perf_counter() - started >= work_s or rounds > 10**8:
+                return rounds
+            rounds *= 2
+
+    def _work(self) -> int:
+        started = time.monotonic_ns()
+        sum(range(self._rounds))
+        return time.monotonic_ns() - started
+
+    def __enter__(self) -> StallProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            before = time.monotonic_ns()
+            if self._stop.wait(self.period):
+                return
+            late = time.monotonic_ns() - before - int(self.period * 1e9)
+            lost = (late if late > self.jitter * 1e9 else 0) + max(0, self._work() - self._quietest)
+            if lost > 0:
+                with self._lock:
+                    self._stalls.append((before, lost))
+
+    def stalled_s(self, since_ns: int, until_ns: int | None = None) -> float:
+        """Seconds of stall whose sleep began in ``[since_ns, until_ns]`` (until now if None)."""
+        until = time.monotonic_ns() if until_ns is None else until_ns
+        with self._lock:
+            return sum(late for start, late in self._stalls if since_ns <= start <= until) / 1e9
