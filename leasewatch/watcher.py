@@ -420,7 +420,14 @@ class Watcher:
                     if lock_id in locks:
                         locks[lock_id].bucket = -1  # taken off the wheel: rescheduled by its look
             due_ids = sorted(lock_id for lock_id in due if lock_id in locks)
-            reads = self._read_many(due_ids)
+            try:
+                reads = self._read_many(due_ids)
+            except StoreError:
+                # Taken off the wheel above, rescheduled only by a look: look again next scan (else
+                # a lock whose look failed once is never looked at again until its index entry
+                # changes — found by the simulator: a parked holder left for good).
+                self._look_again(due_ids)
+                raise
             now = reads.at  # after every read completed: see "When an observation is stamped"
             stale: list[_Stale] = []
             for lock_id in due_ids:
@@ -432,6 +439,7 @@ class Watcher:
                     report.errors.append(f"scan: {public_error(exc)}")
                     log.warning("scan_lock_failed", lock_id=lock_id, error=str(exc))
                     self.observed.store_error("scan", type(exc).__name__, public_error(exc), lock_id)
+                    self._look_again([lock_id])
             self._revoke_stale(stale, reads, report)
             self._check_due_locked(report)  # whatever came due meanwhile, also for in-process callers
             report.locks, report.looked, report.leases = len(locks), len(due_ids), len(self._leases)
@@ -439,6 +447,14 @@ class Watcher:
         report.seconds = self._monotonic() - started
         self.last_report = report
         return report
+
+    def _look_again(self, lock_ids: list[str]) -> None:
+        """Look at these locks at the next scan (their look failed before it rescheduled them)."""
+        for lock_id in lock_ids:
+            watch = self._locks.get(lock_id)
+            if watch is not None:
+                watch.again = max(watch.again, 1)
+                self._again.add(lock_id)
 
     def _slot(self, when: float) -> int:
         return int(when / self.scan_interval)

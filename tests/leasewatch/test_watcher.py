@@ -478,3 +478,32 @@ def test_a_page_says_how_overdue_each_lock_is_in_its_own_lease_lengths(store: Ce
     lines = {line.lock_id: line for line in w.page()[0]}
     assert lines["short"].most_overdue == pytest.approx(1.5) and lines["long"].most_overdue == pytest.approx(0.15)
     assert lines["short"].oldest_lease_age == pytest.approx(6.0)
+
+
+def test_a_lock_whose_look_failed_is_looked_at_again(store: CellStore, clock: FakeMonotonic) -> None:
+    """A scan takes the locks due off its time wheel and reschedules each at its look; a look that
+    failed (the store did not answer the bulk read) must not leave a lock off the wheel for good —
+    its dead holder would never be revoked (found by the simulator: a parked min_hold record left
+    at the end of a run whose scan read failed once during a lossy minute)."""
+    from lockclient.errors import StoreUnavailable
+
+    locker = RemoteLocker(store, lease=10.0)
+    lock = locker.get_lock("looked-again")
+    stop_renewing(locker, lock)
+    faulty = FaultyStore(store)
+    w = watcher(faulty, clock, grace=0.5)  # scan interval 1 s
+    clock.now = 0.0
+    w.scan()  # first sighting
+    clock.now = 1.0
+    w.scan()  # looked at twice (a new lock is): from now on only the wheel brings it back
+    clock.now = 2.0
+    faulty.arm("read_versioned_many", raise_before=StoreUnavailable("no answer"))
+    with pytest.raises(StoreUnavailable):
+        w.scan()
+    while clock.now < 14.0:  # lease 10 + grace 0.5 after the first sighting, and a few scans more
+        clock.now += 1.0
+        w.scan()
+        w.check_due()
+    assert w.revocations == 1, "the dead holder was never looked at again after one failed read"
+    assert HOLDER_COLUMN not in store.read_versioned("looked-again")
+    locker.close()
