@@ -209,6 +209,14 @@ class FairQueue:
                 try:
                     _, _, mine_and_before, row = pending.wait()
                 except StoreUnavailable:
+                    # The look that overlapped the speculative grant never answered, and only that
+                    # look may decide it: one sent later may no longer see a cell that was ahead of
+                    # us when the grant applied (found by the simulator: a grant whose enqueue was
+                    # cut off for 9 s was kept on a look after the waiter it had overtaken was
+                    # served). Give it back before anyone relies on it; wait in line instead.
+                    if speculative is not None:
+                        self._give_back(store, speculative)
+                        speculative = None
                     answers, looked_at = self._stamped(attempt, partial(store.execute_all, ops))
                     _, _, mine_and_before, row = answers
         except BaseException:

@@ -590,7 +590,9 @@ class Checkers:
 
     # -- faults --------------------------------------------------------------------------------------
 
-    def crashed(self, process: Process, *, leasewatch_healthy_until: int | None) -> None:
+    def crashed(
+        self, process: Process, *, leasewatch_healthy_until: int | None, leasewatch_recovered_at: int = 0
+    ) -> None:
         """A client process died: the holder records it owned must be revoked within the bound."""
         c = self.sim.config
         look = max(c.scan_interval, c.lease / 10)
@@ -606,7 +608,9 @@ class Checkers:
                 # The holder's lease on its clock, leasewatch's lease + grace on its own, the look period
                 # and a scan, with both clocks' rate errors (2 × 500 ppm) and a slack for store round trips.
                 bound = (c.lease + c.grace + look + c.scan_interval) * (1 + 2 * c.mono_ppm / 1e6) + 0.5
-                deadline = last + int(bound * NS)
+                # From the last renewal, or from leasewatch's recovery (a take-over starts watching
+                # afresh) if that came later.
+                deadline = max(last, leasewatch_recovered_at) + int(bound * NS)
                 if leasewatch_healthy_until is not None and deadline <= leasewatch_healthy_until:
                     self.revocation_checks.append((lock_id, owner, last, deadline))
 

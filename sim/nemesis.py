@@ -171,7 +171,11 @@ class Nemesis:
                 return
             self._mark(event.target, world.now, end)
             if event.target.startswith("c"):
-                sim.checkers.crashed(process, leasewatch_healthy_until=self._healthy_until(world.now))
+                sim.checkers.crashed(
+                    process,
+                    leasewatch_healthy_until=self._healthy_until(world.now),
+                    leasewatch_recovered_at=self._recovered_at(world.now),
+                )
             process.crash()
             world.at(end, lambda: self._restart(role))
         elif event.family == "cut" and role is not None:
@@ -265,6 +269,13 @@ class Nemesis:
             self._leasewatch_disturbed.append((start, end + int(takeover * NS)))
         elif target == "*":
             self._leasewatch_disturbed.append((start, end))
+
+    def _recovered_at(self, now: int) -> int:
+        """When leasewatch last came out of a disturbance (its take-over included) before ``now``:
+        a replica that takes partitions over has no observations of their locks and watches each
+        lease for a full lease + grace before it revokes (leasewatch/partitions.py), so the usual
+        bound runs from then for a lease last renewed before it."""
+        return max([end for start, end in self._leasewatch_disturbed if end <= now], default=0)
 
     def _healthy_until(self, now: int) -> int | None:
         """Until when leasewatch (and the network) stays undisturbed from ``now``, as far as the
