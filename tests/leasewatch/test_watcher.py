@@ -478,3 +478,30 @@ def test_a_page_says_how_overdue_each_lock_is_in_its_own_lease_lengths(store: Ce
     lines = {line.lock_id: line for line in w.page()[0]}
     assert lines["short"].most_overdue == pytest.approx(1.5) and lines["long"].most_overdue == pytest.approx(0.15)
     assert lines["short"].oldest_lease_age == pytest.approx(6.0)
+
+
+def test_a_read_write_lock_view_gives_each_queue_cell_its_mode(store: CellStore, clock: FakeMonotonic) -> None:
+    """The view of a read-write lock's row says which ticket is a reader's and which a writer's
+    (``GET /primitives/rwlock/...`` shows a queue's modes from it)."""
+    from lockclient.lockid import primitive_row
+
+    row = primitive_row("doc", "rwlock")
+    with RemoteLocker(store, lease=5.0) as locker:
+        reader = locker.get_read_lock("doc")
+        tickets: list[str] = []
+
+        def write() -> None:
+            writer = locker.get_write_lock("doc", timeout=30)
+            tickets.append(writer.ticket)
+            writer.release()
+
+        writing = threading.Thread(target=write)
+        writing.start()
+        try:
+            wait_until(lambda: len(store.read_row(Table.QUEUE, row)) == 2, "the writer queued behind the reader")
+            view = watcher(store, clock).view(row)
+        finally:
+            reader.release()
+            writing.join(30)
+        assert [ticket for ticket, _ in view.queue] == [reader.ticket, *tickets]
+        assert view.modes == {reader.ticket: "r", tickets[0]: "w"}
