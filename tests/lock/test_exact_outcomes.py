@@ -528,3 +528,48 @@ def test_finding_3_through_the_cassandra_adapter(driver: Driver, failure: BaseEx
         session.fail(SimCall.grants, failure, applied=True)
         assert_granted_and_cleaned_up(driver.backing, lock_id, lambda: locker.get_lock(lock_id, timeout=10))
         assert session.failed and session.failed[0][1] is failure
+
+
+def test_a_semaphore_grant_whose_outcome_stays_unknown_is_released_from_its_own_slot(store: CellStore) -> None:
+    """As above for a semaphore: the grant took a slot's column (``~holder:<k>``), and the background
+    release ends that slot — with the slot's end record — not the lock's ``~holder``, which is not
+    there (its compare-and-set would never apply, and the permit stay taken until leasewatch)."""
+    from lockclient.lease import is_holder_column
+    from lockclient.lockid import primitive_row
+
+    def is_slot_grant(row: str, expected: dict[str, str | None], updates: dict[str, str | None], **kw: object) -> bool:
+        return any(is_holder_column(c) and expected.get(c, "x") is None and updates.get(c) for c in updates)
+
+    row = primitive_row("f3s", "semaphore")
+
+    def slots() -> dict[str, str]:
+        return {c: v for c, v in store.read_versioned(row).items() if is_holder_column(c)}
+
+    faulty = FaultyStore(store)
+    away = threading.Event()
+    away.set()
+    with RemoteLocker(faulty, lease=30) as locker:
+        faulty.arm(
+            "compare_and_set", raise_after=StoreOutcomeUnknown("injected: applied, answer lost"), when=is_slot_grant
+        )
+        faulty.arm(
+            "read_versioned",
+            raise_before=StoreUnavailable("injected: away"),
+            when=lambda row, serial=True, **k: serial and away.is_set(),
+            times=10**6,
+        )
+        faulty.arm(
+            "compare_and_set",
+            raise_before=StoreUnavailable("injected: away"),
+            when=lambda *a, **k: away.is_set(),
+            times=10**6,
+        )
+        with pytest.raises(StoreUnavailable):
+            locker.get_semaphore("f3s", 2, timeout=1)
+        [(column, _)] = slots().items()
+        assert column != HOLDER_COLUMN, "the grant applied, in a slot"
+        away.clear()
+        wait_until(lambda: not slots(), "the unconfirmed grant to be released")
+        assert "|released|" in store.read_versioned(row)["~ended" + column[len(HOLDER_COLUMN) :]]
+        permit = locker.get_semaphore("f3s", 2, timeout=10)
+        permit.release()
