@@ -505,3 +505,20 @@ def test_a_read_write_lock_view_gives_each_queue_cell_its_mode(store: CellStore,
             writing.join(30)
         assert [ticket for ticket, _ in view.queue] == [reader.ticket, *tickets]
         assert view.modes == {reader.ticket: "r", tickets[0]: "w"}
+
+
+def test_an_operator_revocation_of_a_backoff_holder_clears_its_main_cell_too(
+    store: CellStore, clock: FakeMonotonic
+) -> None:
+    """``revoke_now`` (one holder at a time, not the scan's batch) also deletes the baseline holder's
+    main cell: the next contender need not wait for the orphan sweep."""
+    locker = RemoteLocker(store, lease=30.0, algorithm="backoff")
+    lock = locker.get_lock("ops-backoff")
+    assert [c.column for c in store.read_row(Table.BACKOFF_MAIN, "ops-backoff")] == [lock.owner]
+    w = watcher(store, clock)
+    assert w.revoke_now("ops-backoff") == [lock.owner]
+    assert HOLDER_COLUMN not in store.read_versioned("ops-backoff")
+    assert store.read_row(Table.BACKOFF_MAIN, "ops-backoff") == []
+    lock._lease.renew(store)
+    assert lock.lost.is_set() and lock.release() is False
+    locker.close()
