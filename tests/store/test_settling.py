@@ -137,12 +137,12 @@ def test_an_unknown_outcome_re_read_to_our_values_is_applied_and_to_the_old_ones
 
 @pytest.mark.parametrize("away_for", [0.005, 0.02, 0.041, 0.1, 0.33, 0.7, 1.9, 4.2])
 def test_re_reads_back_off_by_at_most_doubling(away_for: float) -> None:
-    """While the SERIAL re-reads fail, each pause is at most double the last (and at most
+    """While the SERIAL re-reads (or the sends) fail, each pause is at most double the last (and at most
     MAX_PAUSE): once the store is back, the outcome is settled no later than the time it had already
     waited (plus the first pause) — a steeper back-off left it waiting longer than it had been away."""
     from lockclient.store.settling import FIRST_PAUSE, MAX_PAUSE
 
-    for loop in ("settle", "serial_read"):
+    for loop in ("settle", "send", "serial_read"):
         clock = VirtualTime()
         back_at = 100.0 + away_for
 
@@ -160,6 +160,18 @@ def test_re_reads_back_off_by_at_most_doubling(away_for: float) -> None:
                 UPDATES,
                 resolve_for=10.0,
                 runtime=runtime(clock),
+            )
+            assert result.applied
+        elif loop == "send":  # sends refused (surely not applied) until the store is back
+
+            def send(clock: VirtualTime = clock, back_at: float = back_at) -> CasResult:
+                if clock.now < back_at:
+                    raise StoreUnavailable("no quorum")
+                return CasResult(applied=True, current=dict(UPDATES))
+
+            nothing = always(AssertionError("nothing to re-read: it surely did not apply"))
+            result = settled_compare_and_set(
+                send, nothing, "L", EXPECTED, UPDATES, resolve_for=10.0, runtime=runtime(clock)
             )
             assert result.applied
         else:
