@@ -43,3 +43,36 @@ def test_a_publication_stops_below_a_live_queue_cell(store: CellStore) -> None:
     assert parse_marks(store.read_versioned("wm2"))[0] == published
     assert marks.published("wm2") == published
     assert marks.start("wm2") <= waiting
+
+
+def test_a_publication_reads_one_queue_cell_however_long_the_queue(store: CellStore) -> None:
+    """Only the lowest live cell at or above the published watermark bounds the publication: it is
+    read alone (one cell, not the whole queue of waiters behind the holder)."""
+    from lockclient.store import Cell
+    from tests.support.faulty import FaultyStore
+
+    cells: list[int] = []
+
+    class CellsRead(FaultyStore):
+        def read_row(
+            self,
+            table: Table,
+            row: str,
+            *,
+            start: str = "",
+            limit: int | None = None,
+            end: str | None = None,
+            reverse: bool = False,
+        ) -> list[Cell]:
+            found = super().read_row(table, row, start=start, limit=limit, end=end, reverse=reverse)
+            if table is Table.QUEUE:
+                cells.append(len(found))
+            return found
+
+    for i in range(50):  # the holder's cell and 49 waiters behind it
+        owner = f"w{i}"
+        store.put(Table.QUEUE, "wm3", make_ticket(T + i, owner), f'{{"l":5.0,"o":"{owner}","v":1}}', timestamp=1)
+    counted = CellsRead(store)
+    published = Watermarks().advance(counted, "wm3", make_ticket(T, "w0"), token=70)
+    assert published == T - WINDOW_US
+    assert cells == [1]
