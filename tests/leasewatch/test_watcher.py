@@ -522,3 +522,25 @@ def test_an_operator_revocation_of_a_backoff_holder_clears_its_main_cell_too(
     lock._lease.renew(store)
     assert lock.lost.is_set() and lock.release() is False
     locker.close()
+
+
+def test_a_malformed_holder_record_is_an_orphan_cleared_after_the_window(
+    store: CellStore, clock: FakeMonotonic
+) -> None:
+    """A holder record that is not a lease (nobody's: no owner to revoke) is watched like an orphan
+    cell — left alone for ``orphan_after``, then removed by a compare-and-set on exactly that
+    value — and the lock works again."""
+    store.put(Table.INDEX, index_shard("bad-holder"), "bad-holder", "", timestamp=10)
+    assert store.compare_and_set("bad-holder", {HOLDER_COLUMN: None}, {HOLDER_COLUMN: "not a lease"}).applied
+    w = watcher(store, clock)
+    report = w.scan()
+    assert report.orphans_cleared == 0 and report.revoked == 0
+    clock.now += 3.0
+    assert w.scan().orphans_cleared == 0  # 3 s < orphan_after (5 s)
+    clock.now += 2.5
+    assert w.scan().orphans_cleared == 1
+    assert HOLDER_COLUMN not in store.read_versioned("bad-holder")
+    with RemoteLocker(store, lease=2.0) as locker:
+        got = locker.try_get_lock("bad-holder")
+        assert got is not None
+        got.release()
