@@ -595,3 +595,34 @@ def test_a_waiter_behind_the_holder_is_not_handed_the_lock_over_a_cell_ahead_of_
             t.join(timeout=30)
     assert done and done[0].fencing_token == holder.fencing_token + 1
     done[0].release()
+
+
+@pytest.mark.parametrize("local_wakeups", [True, False], ids=["socket", "no-socket"])
+def test_a_waiter_asks_leasewatch_in_the_background_with_a_socket_and_inline_without(
+    locker: RemoteLocker, sqlite_url: str, monkeypatch: pytest.MonkeyPatch, local_wakeups: bool
+) -> None:
+    """With its wake-up socket bound, a waiter that has waited past LOCAL_PATIENCE_S hands the
+    leasewatch long-poll to the waker's own thread (its answer wakes the socket); with no socket
+    it long-polls leasewatch itself, and only an answer that something changed ends its wait."""
+    from lockclient.wake import LocalWakeups
+
+    if local_wakeups and not LocalWakeups.available:
+        pytest.skip("abstract Unix sockets are Linux-only")
+    if not local_wakeups:
+        monkeypatch.setattr(LocalWakeups, "available", False)
+    lock_id = f"asks-{'socket' if local_wakeups else 'inline'}"
+    holder = locker.get_lock(lock_id)
+    waker = RecordingWaker()
+    done: list[RemoteLock] = []
+    with RemoteLocker(open_store(sqlite_url), lease=5, owns_store=True, waker=waker) as other:
+        t = threading.Thread(target=lambda: done.append(other.get_lock(lock_id, timeout=30)))
+        t.start()
+        try:
+            asked = f"{'watch' if local_wakeups else 'wait'} {lock_id}"
+            wait_until(lambda: asked in waker.asked, f"the waiter to ask leasewatch ({asked})", timeout=20)
+        finally:
+            holder.release()
+            t.join(timeout=30)
+        assert [lock.fencing_token for lock in done] == [holder.fencing_token + 1]
+        done[0].release()
+    assert set(waker.asked) == {asked}, waker.asked
