@@ -626,3 +626,14 @@ def test_a_waiter_asks_leasewatch_in_the_background_with_a_socket_and_inline_wit
         assert [lock.fencing_token for lock in done] == [holder.fencing_token + 1]
         done[0].release()
     assert set(waker.asked) == {asked}, waker.asked
+
+
+def test_status_shows_each_waiters_lease_version_as_its_queue_cell_holds_it(locker: RemoteLocker) -> None:
+    """A waiter's lease renewals count up in its queue cell; ``status()`` reports the count (as
+    leasewatch's view does), the way it reports the holder's."""
+    from lockclient.lease import WaiterRecord
+
+    ticket = make_ticket(time.time_ns() // 1000, "waiter-elsewhere")
+    locker.store.put(Table.QUEUE, "ver", ticket, WaiterRecord("waiter-elsewhere", 7, 5.0).encode(), timestamp=1)
+    lease = locker.status("ver").leases["waiter-elsewhere"]
+    assert (lease.version, lease.lease, lease.ticket, lease.holding) == (7, 5.0, ticket, False)
