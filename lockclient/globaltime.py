@@ -132,8 +132,6 @@ class ClockReading:
     replica: str
     wall_us: int
     seq: int
-    runaway: bool
-    """The publisher refused its own clock."""
     replicas: int | None = None
     """The publisher's configured replica count (None: an older replica that does not say)."""
     timestamp: int = 0
@@ -160,7 +158,6 @@ def _parse_clock(column: str, raw: str, timestamp: int) -> ClockReading | None:
             column[len(CLOCK_PREFIX) :],
             int(data["w"]),
             int(data["s"]),
-            bool(data.get("r", False)),
             int(replicas) if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 0 else None,
             timestamp,
         )
@@ -380,6 +377,8 @@ class GlobalTimeUpdater:
                 self._seq += 1
                 stamp = max(candidate or 0, read or 0, self._clock_ts + 1)
                 self._clock_ts = stamp
+                # "r" (we refuse our own clock) is for whoever inspects the row, and for replicas
+                # from before issue 24 that parse it; no reader here decides anything by it.
                 reading_json = json.dumps(
                     {"w": local, "s": self._seq, "r": "clock" in choice.refusing, "n": self._replicas},
                     separators=(",", ":"),
