@@ -403,3 +403,19 @@ def test_a_reading_unchanged_for_the_expiry_is_deleted_by_observation_not_by_a_c
     # It comes back: its next reading is written far above the tombstone.
     tick((a, h1), (b, h2), (c, gone))
     assert CLOCK_PREFIX + "gone" in columns()
+
+
+def test_while_the_clocks_are_behind_the_carry_the_fresh_readings_are_still_counted(store: CellStore) -> None:
+    """Every wall clock steps back (NTP): the majority's clocks are behind what global time has
+    reached, so the carry is published, not the clocks — and the result still says how many fresh
+    readings were seen (timesvc's replicas-seen gauge and /status read it)."""
+    clocks = [Clocks(1_000 * S) for _ in range(3)]
+    pairs = [(updater(store, c, f"r{i}"), c) for i, c in enumerate(clocks)]
+    establish(*pairs)
+    for _ in range(4):
+        assert [r.fresh for r in tick(*pairs, seconds=0.1)] == [3, 3, 3]
+    for c in clocks:
+        c.wall -= S // 2  # within max_skew of each other, behind global time
+    results = tick(*pairs, seconds=0.1)
+    assert all(r.now_us > c.wall for r, c in zip(results, clocks, strict=True)), "global time stepped back"
+    assert [r.fresh for r in results] == [3, 3, 3]
