@@ -573,3 +573,12 @@ def test_a_semaphore_grant_whose_outcome_stays_unknown_is_released_from_its_own_
         assert "|released|" in store.read_versioned(row)["~ended" + column[len(HOLDER_COLUMN) :]]
         permit = locker.get_semaphore("f3s", 2, timeout=10)
         permit.release()
+
+
+def test_a_holder_record_written_before_attempt_ids_has_no_attempt_and_encodes_back_the_same() -> None:
+    """Records from before attempt ids (no ``a``) are still read: their attempt is empty, and the
+    record encodes back to exactly the value the store holds (what a compare-and-set expects)."""
+    legacy = '{"f":3,"l":5.0,"o":"host.1.t.abc","t":"0000000000000001-host.1.t.abc","v":2}'
+    record = HolderRecord.decode(legacy)
+    assert record.attempt == "" and (record.owner, record.version, record.token) == ("host.1.t.abc", 2, 3)
+    assert record.encode() == legacy
