@@ -582,3 +582,26 @@ def test_a_holder_record_written_before_attempt_ids_has_no_attempt_and_encodes_b
     record = HolderRecord.decode(legacy)
     assert record.attempt == "" and (record.owner, record.version, record.token) == ("host.1.t.abc", 2, 3)
     assert record.encode() == legacy
+
+
+def test_a_parking_whose_answer_was_lost_is_a_clean_release_every_time_it_is_asked(store: CellStore) -> None:
+    """min_hold: the release *parks* the record. Its answer is lost (it applied); the retry finds our
+    parked value and reports a clean release — and so does every later call (a caller that asks
+    again, like the locker's background retry, must not be told the lock was lost)."""
+    clock = Clock(100.0)
+    lease = grant(store, "park-lost", clock)
+    lease.park_until, lease.park_lease = 2**60, 5.0
+
+    def is_parking(row: str, expected: dict[str, str | None], updates: dict[str, str | None], **kw: object) -> bool:
+        value = updates.get(HOLDER_COLUMN)
+        return value is not None and HolderRecord.decode(value).until > 0
+
+    faulty = FaultyStore(store)
+    faulty.arm("compare_and_set", raise_after=StoreOutcomeUnknown("injected: parked, answer lost"), when=is_parking)
+    with pytest.raises(StoreOutcomeUnknown):
+        lease.release(faulty)
+    assert HolderRecord.decode(holder_value(store, "park-lost")).until == 2**60, "the parking applied"
+    assert lease.release(faulty) is True  # finds its own parked value
+    assert lease.ended and lease.parked
+    assert lease.release(faulty) is True
+    assert not lease.lost.is_set()
