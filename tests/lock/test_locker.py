@@ -637,3 +637,57 @@ def test_status_shows_each_waiters_lease_version_as_its_queue_cell_holds_it(lock
     locker.store.put(Table.QUEUE, "ver", ticket, WaiterRecord("waiter-elsewhere", 7, 5.0).encode(), timestamp=1)
     lease = locker.status("ver").leases["waiter-elsewhere"]
     assert (lease.version, lease.lease, lease.ticket, lease.holding) == (7, 5.0, ticket, False)
+
+
+def test_a_release_nobody_here_waits_for_tells_leasewatch_off_the_callers_path(
+    locker: RemoteLocker, sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lock held for a while (others may queue elsewhere) and released with no waiter on this
+    machine to wake: leasewatch is told, by a keeper task (best effort: a failure is logged, as
+    "notify leasewatch", and given up at once)."""
+    import logging
+
+    class NotifiedWaker(RecordingWaker):
+        def __init__(self) -> None:
+            super().__init__()
+            self.notified: list[tuple[str, str | None, str | None]] = []
+
+        def notify(self, lock_id: str, *, gone: str | None = None, released: str | None = None) -> None:
+            self.notified.append((lock_id, gone, released))
+            if lock_id == "told-fails":
+                raise RuntimeError("injected: leasewatch is away")
+
+    caplog.set_level(logging.WARNING)
+    waker = NotifiedWaker()
+    with RemoteLocker(open_store(sqlite_url), lease=5, owns_store=True, waker=waker) as other:
+        for lock_id in ("told", "told-fails"):
+            lock = other.get_lock(lock_id)
+            threading.Event().wait(0.05)  # held longer than a quiet hold (wake.QUIET_HOLD_S)
+            lock.release()
+            wait_until(lambda lock_id=lock_id: any(n[0] == lock_id for n in waker.notified), f"{lock_id}: told")
+            assert [n for n in waker.notified if n[0] == lock_id] == [(lock_id, lock.ticket, lock.owner)]
+        wait_until(lambda: other._services.keeper.pending_tasks() == 0, "the failed notice given up")
+    given_up = [r.getMessage() for r in caplog.records if "deferred_task_given_up" in r.getMessage()]
+    assert len(given_up) == 1 and "notify leasewatch" in given_up[0], given_up
+
+
+def test_a_locker_keeps_no_waiter_leases_once_its_waits_are_over(locker: RemoteLocker, sqlite_url: str) -> None:
+    """Every wait registers its queue cell's lease with the keeper; a grant (or a give-up) removes
+    it — the keeper renews, and remembers, only waiters that still wait."""
+    from lockclient import LockTimeout
+
+    with other_locker(sqlite_url) as other:
+        holder = locker.get_lock("waits")
+        with pytest.raises(LockTimeout):
+            other.get_lock("waits", timeout=0.2)  # waited, gave up
+        done: list[RemoteLock] = []
+        t = threading.Thread(target=lambda: done.append(other.get_lock("waits", timeout=30)))
+        t.start()
+        wait_until(lambda: len(locker.status("waits").queue) == 2, "the second waiter queued")
+        holder.release()
+        t.join(timeout=30)
+        assert done and done[0].held  # waited, granted
+        keeper = other._services.keeper
+        with keeper._cond:
+            assert not keeper._waiters, "waiter leases kept after their waits ended"
+        done[0].release()
