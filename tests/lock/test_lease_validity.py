@@ -151,3 +151,15 @@ def test_a_lease_past_max_hold_stops_renewing_and_says_so_once(caplog: pytest.Lo
     assert lease.renewing_stopped
     warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("max_hold_exceeded")]
     assert len(warnings) == 1, warnings
+
+
+def test_a_new_waiter_lease_is_first_renewed_a_third_of_a_lease_after_its_enqueue() -> None:
+    """A queue cell just written needs no renewal before lease/3 (the renewal period); only after a
+    failed renewal does the next come sooner (lease/10, at most a second)."""
+    from lockclient.lease import WaiterLease
+
+    waiter = WaiterLease("L", "w", "t", 9.0)
+    assert waiter.renew_failures == 0
+    assert waiter.next_due() == waiter.renewed_at + 3.0
+    waiter.renew_failures = 1
+    assert waiter.next_due() == waiter.last_attempt_at + 0.9
