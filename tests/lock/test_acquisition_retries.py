@@ -9,17 +9,19 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, cast
 
 import pytest
 
 from lockclient import LockTimeout, StoreUnavailable
 from lockclient.algorithm import Acquisition, Services, take
-from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN
+from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease
 from lockclient.lockid import make_owner, make_ticket
 from lockclient.runtime import Runtime
 from lockclient.store import CasResult
 from lockclient.store.counting import CountingStore
+from lockclient.watermark import PROPOSED
 from tests.lock.test_grant_settling import VirtualTime
 
 
@@ -67,6 +69,9 @@ class VirtualRuntime(VirtualTime):
     def token_hex(self, nbytes: int) -> str:
         return "ab" * nbytes
 
+    def lock(self) -> threading.Lock:  # the granted lease's store mutex
+        return threading.Lock()
+
 
 class StaleFence:
     """A lock row whose fencing counter moves on (another grant) just before each of our grants."""
@@ -90,3 +95,36 @@ def test_a_grant_told_a_stale_fencing_counter_each_time_sends_three_compare_and_
     owner = make_owner()
     taken = take(services, acquisition(clock, store), owner, make_ticket(1, owner), "10|other")
     assert taken is None and store.sent == 3
+
+
+class FenceMovedOnce:
+    """A lock row whose fencing counter moved once (another grant came and went) before ours: our
+    first compare-and-set, told the old counter, is refused; one told the current counter applies."""
+
+    def __init__(self, proposed: str | None) -> None:
+        self.row: dict[str, Any] = {HOLDER_COLUMN: None, FENCE_COLUMN: "11|other", PROPOSED: proposed}
+        self.sent = 0
+
+    def compare_and_set(self, row: str, expected: dict[str, Any], updates: dict[str, Any], **kw: Any) -> CasResult:
+        self.sent += 1
+        if all(self.row.get(column) == value for column, value in expected.items()):
+            self.row.update(updates)
+            return CasResult(applied=True, current=dict(self.row))
+        return CasResult(applied=False, current=dict(self.row))
+
+
+@pytest.mark.parametrize("proposed", [None, "5000|publisher"], ids=["no-proposal", "proposal-unchanged"])
+def test_a_grant_told_a_stale_fencing_counter_retries_with_the_current_one(proposed: str | None) -> None:
+    """Refused only because the counter it was told is stale — the watermark proposal it is also
+    conditional on (a fair-queue grant from an overlapped look) unchanged — the grant is sent again
+    with the counter the refusal returned, and applies: token 12, no second look."""
+    clock = VirtualRuntime()
+    store = FenceMovedOnce(proposed)
+    services = cast(
+        Services, type("S", (), {"runtime": cast(Runtime, clock), "lease": 30.0, "monotonic": clock.monotonic})
+    )
+    owner = make_owner()
+    held = take(
+        services, acquisition(clock, store), owner, make_ticket(1, owner), "10|other", also_expect={PROPOSED: proposed}
+    )
+    assert isinstance(held, HeldLease) and held.token == 12 and store.sent == 2

@@ -76,3 +76,16 @@ def test_a_publication_reads_one_queue_cell_however_long_the_queue(store: CellSt
     published = Watermarks().advance(counted, "wm3", make_ticket(T, "w0"), token=70)
     assert published == T - WINDOW_US
     assert cells == [1]
+
+
+@pytest.mark.parametrize("host", ["0box", "Alpha", "vm"])
+def test_a_contender_always_sees_its_own_cell_whatever_its_owner_id(host: str) -> None:
+    """A queue read starts at the published watermark, or at our own ticket if that is lower — at
+    its time, *before every owner id* of that time (ours may begin with a digit or a capital)."""
+    own = make_ticket(T, f"{host}.1.MainThread.abcd")
+    marks = Watermarks()
+    assert marks.start("own", own) <= own  # nothing published here: start at 0
+    marks._note("own", T + WINDOW_US, 70)  # published above our ticket
+    assert marks.published("own") == T + WINDOW_US
+    assert marks.start("own", own) <= own
+    assert marks.start("own") > own  # without a ticket of ours: the watermark
