@@ -89,3 +89,15 @@ def test_a_contender_always_sees_its_own_cell_whatever_its_owner_id(host: str) -
     assert marks.published("own") == T + WINDOW_US
     assert marks.start("own", own) <= own
     assert marks.start("own") > own  # without a ticket of ours: the watermark
+
+
+def test_a_publication_read_from_the_row_counts_as_the_last_one_for_when_the_next_is_due() -> None:
+    """A holder publishes only every EVERY_GRANTS grants: the fencing token of the last publication,
+    as the row's head says (``time|token|attempt``), counts even when another process published it."""
+    from lockclient.watermark import EVERY_GRANTS, HEAD
+
+    marks = Watermarks()
+    marks.observe("head", {HEAD: f"{T}|5000|a1"})
+    far_ahead = make_ticket(T + 10 * WINDOW_US, "holder")
+    assert not marks.due("head", far_ahead, token=5000 + EVERY_GRANTS - 1)
+    assert marks.due("head", far_ahead, token=5000 + EVERY_GRANTS)
