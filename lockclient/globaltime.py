@@ -211,8 +211,6 @@ class UpdateResult:
 
     now_us: int
     """A global time that is persisted (>= the cell), safe to hand out."""
-    read_us: int | None
-    """The cell's value as read."""
     local_us: int
     """This machine's wall clock when the run's read completed."""
     published: bool
@@ -435,7 +433,6 @@ class GlobalTimeUpdater:
             self._refusing = choice.refusing
             return UpdateResult(
                 now_us=now,
-                read_us=read,
                 local_us=local,
                 published=published,
                 runaway="clock" in choice.refusing,
@@ -469,7 +466,7 @@ class GlobalTimeUpdater:
         now = candidate if read is None else max(read, candidate)
         if self._observed_us is None or now > self._observed_us + (read_done - self._observed_at_ns) // 1_000:
             self._observed_us, self._observed_at_ns = now, read_done
-        return UpdateResult(now_us=now, read_us=read, local_us=local, published=published, runaway=False)
+        return UpdateResult(now_us=now, local_us=local, published=published, runaway=False)
 
     def _fresh(
         self, local: int, reading: GlobalTimeReading, now_ns: int, unseen_ns: int
