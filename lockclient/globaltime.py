@@ -132,8 +132,6 @@ class ClockReading:
     replica: str
     wall_us: int
     seq: int
-    runaway: bool
-    """The publisher refused its own clock."""
     replicas: int | None = None
     """The publisher's configured replica count (None: an older replica that does not say)."""
     timestamp: int = 0
@@ -160,7 +158,6 @@ def _parse_clock(column: str, raw: str, timestamp: int) -> ClockReading | None:
             column[len(CLOCK_PREFIX) :],
             int(data["w"]),
             int(data["s"]),
-            bool(data.get("r", False)),
             int(replicas) if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 0 else None,
             timestamp,
         )
@@ -214,8 +211,6 @@ class UpdateResult:
 
     now_us: int
     """A global time that is persisted (>= the cell), safe to hand out."""
-    read_us: int | None
-    """The cell's value as read."""
     local_us: int
     """This machine's wall clock when the run's read completed."""
     published: bool
@@ -380,6 +375,8 @@ class GlobalTimeUpdater:
                 self._seq += 1
                 stamp = max(candidate or 0, read or 0, self._clock_ts + 1)
                 self._clock_ts = stamp
+                # "r" (we refuse our own clock) is for whoever inspects the row, and for replicas
+                # from before issue 24 that parse it; no reader here decides anything by it.
                 reading_json = json.dumps(
                     {"w": local, "s": self._seq, "r": "clock" in choice.refusing, "n": self._replicas},
                     separators=(",", ":"),
@@ -436,7 +433,6 @@ class GlobalTimeUpdater:
             self._refusing = choice.refusing
             return UpdateResult(
                 now_us=now,
-                read_us=read,
                 local_us=local,
                 published=published,
                 runaway="clock" in choice.refusing,
@@ -470,7 +466,7 @@ class GlobalTimeUpdater:
         now = candidate if read is None else max(read, candidate)
         if self._observed_us is None or now > self._observed_us + (read_done - self._observed_at_ns) // 1_000:
             self._observed_us, self._observed_at_ns = now, read_done
-        return UpdateResult(now_us=now, read_us=read, local_us=local, published=published, runaway=False)
+        return UpdateResult(now_us=now, local_us=local, published=published, runaway=False)
 
     def _fresh(
         self, local: int, reading: GlobalTimeReading, now_ns: int, unseen_ns: int

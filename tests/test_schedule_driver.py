@@ -80,3 +80,30 @@ def test_a_cancelled_driver_returns_only_after_every_job_it_started_has_ended() 
     started, ended = asyncio.run(scenario())
     assert sorted(started) == ["a", "b"]
     assert sorted(ended) == ["a", "b"]
+
+
+def test_each_job_runs_as_a_task_named_after_its_schedule_and_job() -> None:
+    """A task dump (or a log line that names the current task) says which schedule's which job is
+    running: ``<schedule>:<job>``."""
+
+    async def scenario() -> list[str]:
+        loop = asyncio.get_running_loop()
+        names: list[str] = []
+        ran = asyncio.Event()
+
+        async def job() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            names.append(task.get_name())
+            ran.set()
+
+        s = PeriodicSchedule()
+        s.add("scan", 3600.0, first_at=loop.time())
+        driver = asyncio.create_task(run_schedule(s, {"scan": job}, name="leasewatch"))
+        await asyncio.wait_for(ran.wait(), 30)
+        driver.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await driver
+        return names
+
+    assert asyncio.run(scenario()) == ["leasewatch:scan"]

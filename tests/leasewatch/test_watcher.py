@@ -507,3 +507,69 @@ def test_a_lock_whose_look_failed_is_looked_at_again(store: CellStore, clock: Fa
     assert w.revocations == 1, "the dead holder was never looked at again after one failed read"
     assert HOLDER_COLUMN not in store.read_versioned("looked-again")
     locker.close()
+
+
+def test_a_read_write_lock_view_gives_each_queue_cell_its_mode(store: CellStore, clock: FakeMonotonic) -> None:
+    """The view of a read-write lock's row says which ticket is a reader's and which a writer's
+    (``GET /primitives/rwlock/...`` shows a queue's modes from it)."""
+    from lockclient.lockid import primitive_row
+
+    row = primitive_row("doc", "rwlock")
+    with RemoteLocker(store, lease=5.0) as locker:
+        reader = locker.get_read_lock("doc")
+        tickets: list[str] = []
+
+        def write() -> None:
+            writer = locker.get_write_lock("doc", timeout=30)
+            tickets.append(writer.ticket)
+            writer.release()
+
+        writing = threading.Thread(target=write)
+        writing.start()
+        try:
+            wait_until(lambda: len(store.read_row(Table.QUEUE, row)) == 2, "the writer queued behind the reader")
+            view = watcher(store, clock).view(row)
+        finally:
+            reader.release()
+            writing.join(30)
+        assert [ticket for ticket, _ in view.queue] == [reader.ticket, *tickets]
+        assert view.modes == {reader.ticket: "r", tickets[0]: "w"}
+
+
+def test_an_operator_revocation_of_a_backoff_holder_clears_its_main_cell_too(
+    store: CellStore, clock: FakeMonotonic
+) -> None:
+    """``revoke_now`` (one holder at a time, not the scan's batch) also deletes the baseline holder's
+    main cell: the next contender need not wait for the orphan sweep."""
+    locker = RemoteLocker(store, lease=30.0, algorithm="backoff")
+    lock = locker.get_lock("ops-backoff")
+    assert [c.column for c in store.read_row(Table.BACKOFF_MAIN, "ops-backoff")] == [lock.owner]
+    w = watcher(store, clock)
+    assert w.revoke_now("ops-backoff") == [lock.owner]
+    assert HOLDER_COLUMN not in store.read_versioned("ops-backoff")
+    assert store.read_row(Table.BACKOFF_MAIN, "ops-backoff") == []
+    lock._lease.renew(store)
+    assert lock.lost.is_set() and lock.release() is False
+    locker.close()
+
+
+def test_a_malformed_holder_record_is_an_orphan_cleared_after_the_window(
+    store: CellStore, clock: FakeMonotonic
+) -> None:
+    """A holder record that is not a lease (nobody's: no owner to revoke) is watched like an orphan
+    cell — left alone for ``orphan_after``, then removed by a compare-and-set on exactly that
+    value — and the lock works again."""
+    store.put(Table.INDEX, index_shard("bad-holder"), "bad-holder", "", timestamp=10)
+    assert store.compare_and_set("bad-holder", {HOLDER_COLUMN: None}, {HOLDER_COLUMN: "not a lease"}).applied
+    w = watcher(store, clock)
+    report = w.scan()
+    assert report.orphans_cleared == 0 and report.revoked == 0
+    clock.now += 3.0
+    assert w.scan().orphans_cleared == 0  # 3 s < orphan_after (5 s)
+    clock.now += 2.5
+    assert w.scan().orphans_cleared == 1
+    assert HOLDER_COLUMN not in store.read_versioned("bad-holder")
+    with RemoteLocker(store, lease=2.0) as locker:
+        got = locker.try_get_lock("bad-holder")
+        assert got is not None
+        got.release()

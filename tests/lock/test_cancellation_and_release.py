@@ -114,3 +114,21 @@ def test_renewals_go_on_while_a_release_is_pending(store: CellStore) -> None:
         wait_until(lambda: not lock.cleanup_pending, "the release to finish")
         assert HOLDER_COLUMN not in store.read_versioned("pending")
         assert not lock.lost.is_set(), "a release that landed is not a loss"
+
+
+def test_a_cancelled_or_timed_out_wait_says_which_and_names_the_lock(store: CellStore) -> None:
+    """``cancel`` set while waiting raises LockCancelled ("cancelled"); the timeout, LockTimeout
+    ("timed out") — each with the lock id (what a caller's log line shows)."""
+    from lockclient import LockCancelled, LockTimeout
+
+    with RemoteLocker(store, lease=5) as locker, RemoteLocker(store, lease=5) as other:
+        holder = locker.get_lock("why")
+        cancel = threading.Event()
+        cancel.set()
+        with pytest.raises(LockCancelled, match=r"^get_lock was cancelled \(lock 'why'\)$") as cancelled:
+            other.get_lock("why", timeout=30, cancel=cancel)
+        assert cancelled.value.lock_id == "why"
+        with pytest.raises(LockTimeout, match=r"^timed out waiting for the lock \(lock 'why'\)$") as timed_out:
+            other.get_lock("why", timeout=0.05)
+        assert timed_out.value.lock_id == "why"
+        holder.release()

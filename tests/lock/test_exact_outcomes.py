@@ -528,3 +528,80 @@ def test_finding_3_through_the_cassandra_adapter(driver: Driver, failure: BaseEx
         session.fail(SimCall.grants, failure, applied=True)
         assert_granted_and_cleaned_up(driver.backing, lock_id, lambda: locker.get_lock(lock_id, timeout=10))
         assert session.failed and session.failed[0][1] is failure
+
+
+def test_a_semaphore_grant_whose_outcome_stays_unknown_is_released_from_its_own_slot(store: CellStore) -> None:
+    """As above for a semaphore: the grant took a slot's column (``~holder:<k>``), and the background
+    release ends that slot — with the slot's end record — not the lock's ``~holder``, which is not
+    there (its compare-and-set would never apply, and the permit stay taken until leasewatch)."""
+    from lockclient.lease import is_holder_column
+    from lockclient.lockid import primitive_row
+
+    def is_slot_grant(row: str, expected: dict[str, str | None], updates: dict[str, str | None], **kw: object) -> bool:
+        return any(is_holder_column(c) and expected.get(c, "x") is None and updates.get(c) for c in updates)
+
+    row = primitive_row("f3s", "semaphore")
+
+    def slots() -> dict[str, str]:
+        return {c: v for c, v in store.read_versioned(row).items() if is_holder_column(c)}
+
+    faulty = FaultyStore(store)
+    away = threading.Event()
+    away.set()
+    with RemoteLocker(faulty, lease=30) as locker:
+        faulty.arm(
+            "compare_and_set", raise_after=StoreOutcomeUnknown("injected: applied, answer lost"), when=is_slot_grant
+        )
+        faulty.arm(
+            "read_versioned",
+            raise_before=StoreUnavailable("injected: away"),
+            when=lambda row, serial=True, **k: serial and away.is_set(),
+            times=10**6,
+        )
+        faulty.arm(
+            "compare_and_set",
+            raise_before=StoreUnavailable("injected: away"),
+            when=lambda *a, **k: away.is_set(),
+            times=10**6,
+        )
+        with pytest.raises(StoreUnavailable):
+            locker.get_semaphore("f3s", 2, timeout=1)
+        [(column, _)] = slots().items()
+        assert column != HOLDER_COLUMN, "the grant applied, in a slot"
+        away.clear()
+        wait_until(lambda: not slots(), "the unconfirmed grant to be released")
+        assert "|released|" in store.read_versioned(row)["~ended" + column[len(HOLDER_COLUMN) :]]
+        permit = locker.get_semaphore("f3s", 2, timeout=10)
+        permit.release()
+
+
+def test_a_holder_record_written_before_attempt_ids_has_no_attempt_and_encodes_back_the_same() -> None:
+    """Records from before attempt ids (no ``a``) are still read: their attempt is empty, and the
+    record encodes back to exactly the value the store holds (what a compare-and-set expects)."""
+    legacy = '{"f":3,"l":5.0,"o":"host.1.t.abc","t":"0000000000000001-host.1.t.abc","v":2}'
+    record = HolderRecord.decode(legacy)
+    assert record.attempt == "" and (record.owner, record.version, record.token) == ("host.1.t.abc", 2, 3)
+    assert record.encode() == legacy
+
+
+def test_a_parking_whose_answer_was_lost_is_a_clean_release_every_time_it_is_asked(store: CellStore) -> None:
+    """min_hold: the release *parks* the record. Its answer is lost (it applied); the retry finds our
+    parked value and reports a clean release — and so does every later call (a caller that asks
+    again, like the locker's background retry, must not be told the lock was lost)."""
+    clock = Clock(100.0)
+    lease = grant(store, "park-lost", clock)
+    lease.park_until, lease.park_lease = 2**60, 5.0
+
+    def is_parking(row: str, expected: dict[str, str | None], updates: dict[str, str | None], **kw: object) -> bool:
+        value = updates.get(HOLDER_COLUMN)
+        return value is not None and HolderRecord.decode(value).until > 0
+
+    faulty = FaultyStore(store)
+    faulty.arm("compare_and_set", raise_after=StoreOutcomeUnknown("injected: parked, answer lost"), when=is_parking)
+    with pytest.raises(StoreOutcomeUnknown):
+        lease.release(faulty)
+    assert HolderRecord.decode(holder_value(store, "park-lost")).until == 2**60, "the parking applied"
+    assert lease.release(faulty) is True  # finds its own parked value
+    assert lease.ended and lease.parked
+    assert lease.release(faulty) is True
+    assert not lease.lost.is_set()

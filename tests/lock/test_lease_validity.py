@@ -125,3 +125,41 @@ def test_at_a_grant_the_previous_holder_no_longer_holds_by_its_own_clock(store: 
         assert watcher.revocations == 1
         successor.release()
         x.release()
+
+
+def test_a_lease_past_max_hold_stops_renewing_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Past ``max_hold`` a lease wants no more renewals (it is left to expire); the warning that
+    says so is logged the first time, not at every look of the keeper."""
+    import logging
+
+    from lockclient.lease import HeldLease
+    from lockclient.lockid import make_owner, make_ticket
+
+    now = [100.0]
+    owner = make_owner()
+    lease = HeldLease(
+        "hung",
+        HolderRecord(owner, 1, 30.0, make_ticket(1, owner), 1),  # valid throughout
+        renewed_at=100.0,
+        max_hold=5.0,
+        monotonic=lambda: now[0],
+    )
+    caplog.set_level(logging.WARNING)
+    assert lease.wants_renewal() and not lease.renewing_stopped
+    now[0] = 105.5
+    assert [lease.wants_renewal() for _ in range(3)] == [False, False, False]
+    assert lease.renewing_stopped
+    warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("max_hold_exceeded")]
+    assert len(warnings) == 1, warnings
+
+
+def test_a_new_waiter_lease_is_first_renewed_a_third_of_a_lease_after_its_enqueue() -> None:
+    """A queue cell just written needs no renewal before lease/3 (the renewal period); only after a
+    failed renewal does the next come sooner (lease/10, at most a second)."""
+    from lockclient.lease import WaiterLease
+
+    waiter = WaiterLease("L", "w", "t", 9.0)
+    assert waiter.renew_failures == 0
+    assert waiter.next_due() == waiter.renewed_at + 3.0
+    waiter.renew_failures = 1
+    assert waiter.next_due() == waiter.last_attempt_at + 0.9

@@ -595,3 +595,99 @@ def test_a_waiter_behind_the_holder_is_not_handed_the_lock_over_a_cell_ahead_of_
             t.join(timeout=30)
     assert done and done[0].fencing_token == holder.fencing_token + 1
     done[0].release()
+
+
+@pytest.mark.parametrize("local_wakeups", [True, False], ids=["socket", "no-socket"])
+def test_a_waiter_asks_leasewatch_in_the_background_with_a_socket_and_inline_without(
+    locker: RemoteLocker, sqlite_url: str, monkeypatch: pytest.MonkeyPatch, local_wakeups: bool
+) -> None:
+    """With its wake-up socket bound, a waiter that has waited past LOCAL_PATIENCE_S hands the
+    leasewatch long-poll to the waker's own thread (its answer wakes the socket); with no socket
+    it long-polls leasewatch itself, and only an answer that something changed ends its wait."""
+    from lockclient.wake import LocalWakeups
+
+    if local_wakeups and not LocalWakeups.available:
+        pytest.skip("abstract Unix sockets are Linux-only")
+    if not local_wakeups:
+        monkeypatch.setattr(LocalWakeups, "available", False)
+    lock_id = f"asks-{'socket' if local_wakeups else 'inline'}"
+    holder = locker.get_lock(lock_id)
+    waker = RecordingWaker()
+    done: list[RemoteLock] = []
+    with RemoteLocker(open_store(sqlite_url), lease=5, owns_store=True, waker=waker) as other:
+        t = threading.Thread(target=lambda: done.append(other.get_lock(lock_id, timeout=30)))
+        t.start()
+        try:
+            asked = f"{'watch' if local_wakeups else 'wait'} {lock_id}"
+            wait_until(lambda: asked in waker.asked, f"the waiter to ask leasewatch ({asked})", timeout=20)
+        finally:
+            holder.release()
+            t.join(timeout=30)
+        assert [lock.fencing_token for lock in done] == [holder.fencing_token + 1]
+        done[0].release()
+    assert set(waker.asked) == {asked}, waker.asked
+
+
+def test_status_shows_each_waiters_lease_version_as_its_queue_cell_holds_it(locker: RemoteLocker) -> None:
+    """A waiter's lease renewals count up in its queue cell; ``status()`` reports the count (as
+    leasewatch's view does), the way it reports the holder's."""
+    from lockclient.lease import WaiterRecord
+
+    ticket = make_ticket(time.time_ns() // 1000, "waiter-elsewhere")
+    locker.store.put(Table.QUEUE, "ver", ticket, WaiterRecord("waiter-elsewhere", 7, 5.0).encode(), timestamp=1)
+    lease = locker.status("ver").leases["waiter-elsewhere"]
+    assert (lease.version, lease.lease, lease.ticket, lease.holding) == (7, 5.0, ticket, False)
+
+
+def test_a_release_nobody_here_waits_for_tells_leasewatch_off_the_callers_path(
+    locker: RemoteLocker, sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lock held for a while (others may queue elsewhere) and released with no waiter on this
+    machine to wake: leasewatch is told, by a keeper task (best effort: a failure is logged, as
+    "notify leasewatch", and given up at once)."""
+    import logging
+
+    class NotifiedWaker(RecordingWaker):
+        def __init__(self) -> None:
+            super().__init__()
+            self.notified: list[tuple[str, str | None, str | None]] = []
+
+        def notify(self, lock_id: str, *, gone: str | None = None, released: str | None = None) -> None:
+            self.notified.append((lock_id, gone, released))
+            if lock_id == "told-fails":
+                raise RuntimeError("injected: leasewatch is away")
+
+    caplog.set_level(logging.WARNING)
+    waker = NotifiedWaker()
+    with RemoteLocker(open_store(sqlite_url), lease=5, owns_store=True, waker=waker) as other:
+        for lock_id in ("told", "told-fails"):
+            lock = other.get_lock(lock_id)
+            threading.Event().wait(0.05)  # held longer than a quiet hold (wake.QUIET_HOLD_S)
+            lock.release()
+            wait_until(lambda lock_id=lock_id: any(n[0] == lock_id for n in waker.notified), f"{lock_id}: told")
+            assert [n for n in waker.notified if n[0] == lock_id] == [(lock_id, lock.ticket, lock.owner)]
+        wait_until(lambda: other._services.keeper.pending_tasks() == 0, "the failed notice given up")
+    given_up = [r.getMessage() for r in caplog.records if "deferred_task_given_up" in r.getMessage()]
+    assert len(given_up) == 1 and "notify leasewatch" in given_up[0], given_up
+
+
+def test_a_locker_keeps_no_waiter_leases_once_its_waits_are_over(locker: RemoteLocker, sqlite_url: str) -> None:
+    """Every wait registers its queue cell's lease with the keeper; a grant (or a give-up) removes
+    it — the keeper renews, and remembers, only waiters that still wait."""
+    from lockclient import LockTimeout
+
+    with other_locker(sqlite_url) as other:
+        holder = locker.get_lock("waits")
+        with pytest.raises(LockTimeout):
+            other.get_lock("waits", timeout=0.2)  # waited, gave up
+        done: list[RemoteLock] = []
+        t = threading.Thread(target=lambda: done.append(other.get_lock("waits", timeout=30)))
+        t.start()
+        wait_until(lambda: len(locker.status("waits").queue) == 2, "the second waiter queued")
+        holder.release()
+        t.join(timeout=30)
+        assert done and done[0].held  # waited, granted
+        keeper = other._services.keeper
+        with keeper._cond:
+            assert not keeper._waiters, "waiter leases kept after their waits ended"
+        done[0].release()

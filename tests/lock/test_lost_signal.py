@@ -52,3 +52,39 @@ def test_lost_fires_once_with_its_first_reason_and_late_callbacks_get_it(locker:
     assert early == ["lease revoked"]
     assert late == ["lease revoked"]
     assert lock.release() is False
+
+
+def test_lost_wait_looks_again_just_after_the_deadline_and_keeps_the_callers_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``lost.wait()`` sleeps until the lease's deadline (+1 ms), then finds it expired; a caller's
+    timeout shorter than the lease is kept (it answers False, the lease still valid). The event's
+    sleeps are replaced by moves of a fake clock, so the test reads no real time."""
+    from lockclient.lease import HeldLease, HolderRecord
+    from lockclient.lockid import make_owner, make_ticket
+
+    now = [100.0]
+    owner = make_owner()
+    lease = HeldLease(
+        "wait", HolderRecord(owner, 1, 2.0, make_ticket(1, owner), 1), renewed_at=98.5, monotonic=lambda: now[0]
+    )
+    slept: list[float] = []
+    real_wait = threading.Event.wait
+
+    def fake_wait(event: threading.Event, timeout: float | None = None) -> bool:
+        if event is not lease.lost:
+            return real_wait(event, timeout)
+        assert timeout is not None, "an expiring lease's lost.wait() slept with no deadline"
+        slept.append(round(timeout, 6))
+        now[0] += timeout
+        return False
+
+    monkeypatch.setattr(threading.Event, "wait", fake_wait)
+    # Valid until 100.5: a caller that waits 0.2 s is answered False after 0.2 s (+1 ms).
+    assert lease.lost.wait(0.2) is False
+    assert slept == [0.201] and not lease.lost.is_set()
+    # Waiting without a timeout: one sleep to 1 ms past the deadline, then lost.
+    slept.clear()
+    assert lease.lost.wait() is True
+    assert slept == [round(100.5 - 100.201 + 0.001, 6)]
+    assert lease.lost_reason is not None and "no renewal succeeded" in lease.lost_reason

@@ -313,3 +313,33 @@ def test_a_speculative_grant_after_someone_else_took_the_lock_fails_and_the_norm
         assert lock.fencing_token == 3 and not lock.waited
         assert lock.lwt_rounds == 2, "the guess (fencing counter as we left it) was sent and refused"
         lock.release()
+
+
+def test_a_proposal_raised_between_the_enqueue_and_the_grant_of_an_overlapped_look_refuses_that_grant(
+    store: CellStore,
+) -> None:
+    """The first look overlaps the enqueue, so it cannot finish the watermark handshake: its grant
+    also expects ``~wm-proposed`` as read. A publisher that raises the proposal above our ticket in
+    between makes that grant fail, and the acquisition queues again (a ticket above the proposal)
+    instead of holding the lock with a ticket the raised watermark may hide."""
+    from lockclient.lease import HOLDER_COLUMN, HolderRecord
+
+    raised: list[int] = []
+
+    def publisher_raises_the_proposal(row: str, expected: dict[str, Any], updates: dict[str, Any], **kw: Any) -> None:
+        ticket = HolderRecord.decode(updates[HOLDER_COLUMN]).ticket
+        proposal = ticket_time(ticket) + 1  # just above our ticket
+        current = store.read_versioned(row).get(PROPOSED)
+        assert store.compare_and_set(row, {PROPOSED: current}, {PROPOSED: f"{proposal}|publisher"}).applied
+        raised.append(proposal)
+
+    def is_grant(row: str, expected: dict[str, Any], updates: dict[str, Any], **kw: Any) -> bool:
+        return row == "overlap" and expected.get(HOLDER_COLUMN, "x") is None and bool(updates.get(HOLDER_COLUMN))
+
+    faulty = FaultyStore(store)
+    faulty.arm("compare_and_set", before=publisher_raises_the_proposal, when=is_grant)
+    with RemoteLocker(faulty, lease=30) as locker:
+        lock = locker.get_lock("overlap", timeout=10)
+        assert raised, "the grant's compare-and-set was not reached"
+        assert ticket_time(lock.ticket) >= raised[0], "granted with a ticket below the raised proposal"
+        lock.release()

@@ -133,3 +133,49 @@ def test_an_unknown_outcome_re_read_to_our_values_is_applied_and_to_the_old_ones
         runtime=runtime(clock),
     )
     assert not result.applied and result.uncertain
+
+
+@pytest.mark.parametrize("away_for", [0.005, 0.02, 0.041, 0.1, 0.33, 0.7, 1.9, 4.2])
+def test_re_reads_back_off_by_at_most_doubling(away_for: float) -> None:
+    """While the SERIAL re-reads (or the sends) fail, each pause is at most double the last (and at most
+    MAX_PAUSE): once the store is back, the outcome is settled no later than the time it had already
+    waited (plus the first pause) — a steeper back-off left it waiting longer than it had been away."""
+    from lockclient.store.settling import FIRST_PAUSE, MAX_PAUSE
+
+    for loop in ("settle", "send", "serial_read"):
+        clock = VirtualTime()
+        back_at = 100.0 + away_for
+
+        def reread(clock: VirtualTime = clock, back_at: float = back_at) -> dict[str, str]:
+            if clock.now < back_at:
+                raise StoreUnavailable("SERIAL read timed out")
+            return dict(UPDATES)
+
+        if loop == "settle":
+            result = settled_compare_and_set(
+                always(StoreOutcomeUnknown("write timeout")),
+                reread,
+                "L",
+                EXPECTED,
+                UPDATES,
+                resolve_for=10.0,
+                runtime=runtime(clock),
+            )
+            assert result.applied
+        elif loop == "send":  # sends refused (surely not applied) until the store is back
+
+            def send(clock: VirtualTime = clock, back_at: float = back_at) -> CasResult:
+                if clock.now < back_at:
+                    raise StoreUnavailable("no quorum")
+                return CasResult(applied=True, current=dict(UPDATES))
+
+            nothing = always(AssertionError("nothing to re-read: it surely did not apply"))
+            result = settled_compare_and_set(
+                send, nothing, "L", EXPECTED, UPDATES, resolve_for=10.0, runtime=runtime(clock)
+            )
+            assert result.applied
+        else:
+            assert serial_read(reread, resolve_for=10.0, runtime=runtime(clock)) == UPDATES
+        late = clock.now - back_at
+        assert late <= min(away_for + FIRST_PAUSE, MAX_PAUSE) + 1e-9, f"{loop}: settled {late:.3f} s after"
+        assert all(b <= 2 * a + 1e-12 for a, b in zip(clock.sleeps, clock.sleeps[1:], strict=False)), clock.sleeps

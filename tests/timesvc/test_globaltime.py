@@ -403,3 +403,41 @@ def test_a_reading_unchanged_for_the_expiry_is_deleted_by_observation_not_by_a_c
     # It comes back: its next reading is written far above the tombstone.
     tick((a, h1), (b, h2), (c, gone))
     assert CLOCK_PREFIX + "gone" in columns()
+
+
+def test_while_the_clocks_are_behind_the_carry_the_fresh_readings_are_still_counted(store: CellStore) -> None:
+    """Every wall clock steps back (NTP): the majority's clocks are behind what global time has
+    reached, so the carry is published, not the clocks — and the result still says how many fresh
+    readings were seen (timesvc's replicas-seen gauge and /status read it)."""
+    clocks = [Clocks(1_000 * S) for _ in range(3)]
+    pairs = [(updater(store, c, f"r{i}"), c) for i, c in enumerate(clocks)]
+    establish(*pairs)
+    for _ in range(4):
+        assert [r.fresh for r in tick(*pairs, seconds=0.1)] == [3, 3, 3]
+    for c in clocks:
+        c.wall -= S // 2  # within max_skew of each other, behind global time
+    results = tick(*pairs, seconds=0.1)
+    assert all(r.now_us > c.wall for r, c in zip(results, clocks, strict=True)), "global time stepped back"
+    assert [r.fresh for r in results] == [3, 3, 3]
+
+
+def test_a_clock_ahead_within_the_slack_is_caught_up_with_at_rate_one_plus_rho(store: CellStore) -> None:
+    """A replica whose clock is 0.3 s ahead of the majority (within the slack) starts trusting it at
+    the majority's support, and follows it up at exactly rate 1 + ρ of its monotonic clock — no
+    faster (a step for clients extrapolating at real rate), and no slower (a trust that fell behind
+    its own, correct, clock at ρ per second)."""
+    h1, h2 = Clocks(1_000 * S), Clocks(1_000 * S)
+    a, b = updater(store, h1, "h1"), updater(store, h2, "h2")
+    establish((a, h1), (b, h2))
+    ahead = Clocks(h1.wall + 300_000)
+    f = updater(store, ahead, "ahead")
+    for _ in range(5):
+        tick((a, h1), (b, h2), (f, ahead), seconds=0.1)
+    start = tick((a, h1), (b, h2), (f, ahead), seconds=0.1)[2].now_us
+    for _ in range(199):
+        tick((a, h1), (b, h2), (f, ahead), seconds=0.1)
+    end = tick((a, h1), (b, h2), (f, ahead), seconds=0.1)[2].now_us
+    assert end < ahead.wall, "caught up already: the window shows no rate"
+    rho = f._rho
+    # ±1 µs of rounding per tick at most; a rate of 1 - ρ would be 20,000 µs short.
+    assert abs((end - start) - 20 * S * (1 + rho)) <= 200, f"rose {end - start} µs in 20 s"
