@@ -110,6 +110,10 @@ class Snapshot:
     queue: list[Cell]
     at: float
     """Monotonic time when the read completed."""
+    started: float | None = None
+    """Monotonic time when the read began (None: the same as ``at``). ``lost`` is judged from it:
+    a holder may renew while a slow read is under way, so only the start of the read that still
+    shows the old value proves the holder did not renew before then."""
 
 
 @dataclass(slots=True)
@@ -143,6 +147,7 @@ class EventTracker:
         if self.fence is not None and fence < self.fence:
             return []  # an older read than one already seen (a plain read may lag): nothing new in it
         initial = self.fence is None
+        judged_at = snap.at if snap.started is None else snap.started
         records: dict[str, HolderRecord] = {}
         for column in holder_columns(row):
             try:
@@ -232,7 +237,7 @@ class EventTracker:
                         events.append(self._parked(record, column, initial))
             elif (
                 not known.parked
-                and snap.at - known.first_seen >= known.lease
+                and judged_at - known.first_seen >= known.lease
                 and known.token not in self._lost
                 and known.token not in self._ended
             ):
@@ -244,7 +249,7 @@ class EventTracker:
                         known.owner,
                         known.token,
                         column,
-                        detail=f"not renewed for {snap.at - known.first_seen:.3f}s (lease {known.lease:g}s)",
+                        detail=f"not renewed for {judged_at - known.first_seen:.3f}s (lease {known.lease:g}s)",
                     )
                 )
 
@@ -303,12 +308,13 @@ def row_of(name: str, primitive: Primitive) -> str:
 def read_snapshot(locker: RemoteLocker, row_id: str) -> Snapshot:
     """One round trip: the lease row (plain read) and the queue from its watermark."""
     services = locker._services
+    started = locker.runtime.monotonic()
     start = services.watermarks.start(row_id)
     row, queue = locker.store.execute_all(
         [ReadVersioned(row_id, serial=False), ReadRow(Table.QUEUE, row_id, start, QUEUE_SHOWN + 64)]
     )
     services.watermarks.observe(row_id, row)
-    return Snapshot(row, queue, locker.runtime.monotonic())
+    return Snapshot(row, queue, locker.runtime.monotonic(), started)
 
 
 def watch_events(

@@ -22,6 +22,8 @@ SEEDS = [
     # A dead leader judged from its last renewal though both leasewatch replicas had just been
     # disturbed (a take-over watches afresh).
     (1343306433, "primitives"),
+    # A watch reported `lost` from a slow read's completion: the holder renewed while it ran.
+    (1424017622, "primitives"),
 ]
 
 
