@@ -175,15 +175,23 @@ def test_no_freeze_after_a_fast_replica_published_and_died(processes: Fleet, sql
     fast.kill()
 
     samples: list[tuple[int, int]] = []
+    refusals: list[str] = []
     with httpx.Client(timeout=5) as client:
         end = time.monotonic() + 5
         i = 0
         while time.monotonic() < end:
             r = healthy[i % 2]
             i += 1
-            value = client.get(f"{r.url}/now").json()["now_us"]
-            samples.append((time.monotonic_ns(), value))
+            answer = client.get(f"{r.url}/now")
+            if answer.status_code == 200:
+                samples.append((time.monotonic_ns(), answer.json()["now_us"]))
+            else:
+                # A replica may refuse for a moment (a fresh-clone run at load ~9 saw a 503 while
+                # the dead replica's reading aged out): availability, not a freeze — judged below
+                # by what the answers that came say.
+                refusals.append(f"{answer.status_code} {answer.text[:200]}")
             time.sleep(0.1)
+    assert len(samples) >= 10, f"too few answers in 5 s: {len(samples)}; refusals: {refusals[:5]}"
     values = [v for _, v in samples]
     assert values == sorted(values)
     assert values[0] - time.time_ns() // 1000 > 590_000_000, "global time must never come back down"
