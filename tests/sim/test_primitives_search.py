@@ -40,7 +40,10 @@ def test_100000_simulated_operations_per_primitive_find_no_violation() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIM_")}
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "sim", "--profile", "primitives", "--ops", str(OPS), "--base", str(BASE), "--jobs", "2", "--no-shrink"],
+        [
+            *(sys.executable, "-m", "sim", "--profile", "primitives", "--ops", str(OPS)),
+            *("--base", str(BASE), "--jobs", "2", "--no-shrink"),
+        ],
         check=False,
         cwd=ROOT,
         env=env,
