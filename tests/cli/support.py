@@ -132,7 +132,21 @@ class Background:
         self.start("run", name, *options, "--", sys.executable, str(HOLD), str(marker), str(release), mode)
         return marker, release
 
+    def report(self) -> str:
+        """Every process this test started: its command, whether it still runs or how it ended, and the
+        end of its stderr — printed at teardown, so a failed test shows why a command never started."""
+        lines = []
+        for proc in self.procs:
+            code = proc.poll()
+            args = " ".join(map(str, proc.args))[:200] if isinstance(proc.args, list) else str(proc.args)
+            state = "running" if code is None else f"exited {code}"
+            tail = self.stderr(proc).strip().splitlines()[-8:]
+            lines.append(f"{args} (pid {proc.pid}): {state}")
+            lines.extend(f"    {line}" for line in tail)
+        return "\n".join(lines)
+
     def stop_all(self) -> None:
+        print(self.report())
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # lockctl forwards it to the command and releases

@@ -51,11 +51,14 @@ def test_a_trip_never_serves_a_request_that_arrived_after_it_started() -> None:
 
     results = asyncio.run(run())
     assert all(started >= called for called, started in results)
-    # At most one trip per 10 ms on average, after a burst of at most 8.
-    span = starts[-1] - starts[0]
-    assert len(starts) <= 8 + span / 0.01 + 1, f"{len(starts)} trips in {span:.3f} s"
-    later = starts[len(starts) // 2 :]
-    assert len(later) <= (later[-1] - later[0]) / 0.01 + 2, "the rate holds past the burst"
+    # The promise is a token bucket: in every window, at most one trip per 10 ms plus a burst of 8.
+    # Judged on every window, not on "the second half": a loop stalled by a busy machine refills the
+    # bucket, and the burst that follows is allowed (a CI run at load saw 11 trips in 83 ms there).
+    for i, first in enumerate(starts):
+        for j in range(i, len(starts)):
+            trips_in_window, span = j - i + 1, starts[j] - first
+            assert trips_in_window <= 8 + span / 0.01 + 1e-3, f"{trips_in_window} trips in {span:.4f} s"
+    assert len(starts) < len(results), "requests shared trips"
 
 
 def test_sequential_requests_cannot_drive_store_trips_beyond_the_bound(processes: Fleet, sqlite_url: str) -> None:
