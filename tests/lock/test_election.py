@@ -26,7 +26,7 @@ from lockclient.election import Leadership
 from tests.lock import election_worker
 from tests.lock.test_semaphore import BOUND, EARLIEST, GRACE, LEASE, SCAN
 from tests.support.procs import Fleet
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_queued, wait_until
 
 
 @pytest.fixture
@@ -78,7 +78,12 @@ def test_candidates_are_elected_in_the_order_they_stood(locker: RemoteLocker, sq
             t = threading.Thread(target=stand)
             t.start()
             threads.append(t)
-            wait_until(lambda n=i + 2: len(election.candidates()) == n, f"candidate {i} to stand")
+            wait_queued(
+                lambda: [entry.ticket for entry in locker.status(election.name).queue],
+                i + 2,
+                [locker.clock, other.clock],
+                f"candidate {i} to stand",
+            )
         first.resign()
         for t in threads:
             t.join(60)

@@ -21,7 +21,7 @@ from lockclient.lease import holder_columns
 from tests.lock import primitive_workers
 from tests.lock.test_semaphore import BOUND, EARLIEST, GRACE, LEASE, SCAN, rows, run_processes, surely_overlapping
 from tests.support.procs import Fleet
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_queued, wait_until
 
 
 @pytest.fixture
@@ -151,7 +151,9 @@ def test_writers_are_served_in_order_and_exclude_each_other(locker: RemoteLocker
                 t = threading.Thread(target=wait)
                 t.start()
                 threads.append(t)
-                wait_until(lambda n=i + 2: queued(view, "w") == n, f"writer {i} to queue")
+                wait_queued(
+                    lambda: rows(view, "w", "rwlock")[1], i + 2, [locker.clock, other.clock], f"writer {i} to queue"
+                )
         holder.release()
         for t in threads:
             t.join(60)

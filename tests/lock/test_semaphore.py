@@ -24,7 +24,7 @@ from lockclient.sharedqueue import LIMIT_COLUMN
 from lockclient.store import Table
 from tests.lock import primitive_workers
 from tests.support.procs import Fleet
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_queued, wait_until
 
 LEASE = 2.0
 SCAN = 0.2
@@ -162,7 +162,7 @@ def test_first_come_first_served(locker: RemoteLocker, sqlite_url: str) -> None:
             t.start()
             threads.append(t)
             with open_store(sqlite_url) as view:
-                wait_until(lambda n=i + 3: len(rows(view, "fifo")[1]) == n, f"waiter {i} to queue")
+                wait_queued(lambda: rows(view, "fifo")[1], i + 3, [o.clock for o in others], f"waiter {i} to queue")
         for h in holders:
             h.release()
         for t in threads:
@@ -197,7 +197,7 @@ def test_a_holder_that_releases_hands_its_permit_to_the_first_waiter_not_a_later
             t.start()
             threads.append(t)
             with open_store(sqlite_url) as view:
-                wait_until(lambda n=i + 2: len(rows(view, "one")[1]) == n, f"waiter {i} to queue")
+                wait_queued(lambda: rows(view, "one")[1], i + 2, [locker.clock, other.clock], f"waiter {i} to queue")
         holder.release()
         for t in threads:
             t.join(timeout=60)
