@@ -676,8 +676,8 @@ def fast_main(argv: Sequence[str]) -> None:
     """``lockctl run ...`` without typer when :func:`parse_run_args` and
     :func:`~lockclient.clientenv.read_client_env` both read it (ends in ``SystemExit``);
     returns without doing anything otherwise, and the caller runs the typer application."""
-    if len(argv) < 2 or argv[0] != "run":
-        return
+    if len(argv) < 2 or argv[0] != "run" or "_LOCKCTL_COMPLETE" in os.environ:
+        return  # another command, or a shell-completion request (click's): typer's
     parsed = parse_run_args(argv[1:])
     if parsed is None or not _cli_installed():
         return
