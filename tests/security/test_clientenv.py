@@ -155,7 +155,7 @@ VALUES = {
     # Not the client's: another component's, a runtime one, a service link, a misspelling.
     "TIMESVC_PORT": _values("8700", "tcp://10.0.0.7:8700"),
     "CHRONOLOCK_LOCK_ID": TEXTS,
-    "CHRONOLOCK_LEAES": TEXTS,
+    "CHRONOLOCK_TIMESVC_URL": TEXTS,
     "LEASEWATCH_PORT_8710_TCP": _values("tcp://10.0.0.8:8710"),
 }
 
@@ -184,7 +184,7 @@ def test_lockctl_run_refuses_a_misspelt_variable_with_exit_78(tmp_path: Path) ->
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONOLOCK_", "TIMESVC_", "LEASEWATCH_"))}
     url = f"sqlite:///{tmp_path / 'cells.db'}"
     cases = [
-        (base | {"CHRONOLOCK_STORE_URL": url, "CHRONOLOCK_LEAES": "3"}, "CHRONOLOCK_LEAES"),
+        (base | {"CHRONOLOCK_STORE_URL": url, "CHRONOLOCK_TIMESVC_URL": "3"}, "CHRONOLOCK_TIMESVC_URL"),
         (base, "CHRONOLOCK_STORE_URL is not set"),
         (base | {"CHRONOLOCK_STORE_URL": url, "CHRONOLOCK_LEASE": "0"}, "CHRONOLOCK_LEASE"),
         (base | {"CHRONOLOCK_STORE_URL": f"sqlite:///{tmp_path / 'missing' / 'cells.db'}"}, "missing"),
