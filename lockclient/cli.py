@@ -63,61 +63,46 @@ from __future__ import annotations
 
 import enum
 import json
-import logging
-import math
-import os
 import re
-import shlex
-import signal
-import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
 from lockclient import metrics
 from lockclient.clihelp import flags_without_a_type
-from lockclient.entrypoint import describe_validation_error, guarded_main
-from lockclient.errors import (
-    ClockError,
-    ConfigurationError,
-    InvalidLockId,
-    LockCancelled,
-    LockTimeout,
-    StoreError,
+from lockclient.entrypoint import guarded_main
+from lockclient.errors import ConfigurationError
+from lockclient.lockctl_run import (  # noqa: F401 - the run machinery, re-exported for cli_admin and cli_primitives
+    EXIT_BUSY,
+    EXIT_CANNOT_EXECUTE,
+    EXIT_CONFIG,
+    EXIT_LOCK_LOST,
+    EXIT_NOT_FOUND,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    FORWARDED_SIGNALS,
+    LogFormat,
+    _check_seconds,
+    _clear_errors,
+    _fail,
+    _say,
+    _setup_logging,
+    _signal_name,
+    _SignalTrap,
+    _supervise,
+    child_environment,
+    queue_position,
+    run_command,
 )
-from lockclient.labels import check_label, shorten_label
 from lockclient.lockid import validate_lock_id
-from lockclient.logs import configure_logging
-from lockclient.redact import redact, strip_url_credentials
-from lockclient.runkinds import RunKind, parse_duration
-from lockclient.settings import (
-    SERVICE_SECRET_ENV,
-    ClientSettings,
-    StoreSettings,
-    secret_env_names,
-    settings_help,
-    settings_report,
-)
-from lockclient.supervisor import (
-    DEFAULT_KILL_GRACE,
-    KILL_MARGIN,
-    SupervisionError,
-    default_kill_grace,
-    kill_grace_problem,
-    run_supervised,
-)
+from lockclient.settings import ClientSettings, settings_help, settings_report
+from lockclient.supervisor import DEFAULT_KILL_GRACE, KILL_MARGIN
 from lockclient.version import version_option
 
 if TYPE_CHECKING:
-    from lockclient.locker import LockStatus, RemoteLock, RemoteLocker
+    from lockclient.locker import LockStatus
 
 __all__ = [
     "EXIT_BUSY",
@@ -128,18 +113,10 @@ __all__ = [
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
     "app",
+    "child_environment",
     "main",
+    "queue_position",
 ]
-
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE
-EXIT_LOCK_LOST = 70  # EX_SOFTWARE: the command ran (partly) without the lock
-EXIT_BUSY = 75  # EX_TEMPFAIL, like `flock -n` on a conflict
-EXIT_CONFIG = 78  # EX_CONFIG
-EXIT_CANNOT_EXECUTE = 126
-EXIT_NOT_FOUND = 127
-
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _escape_markup(text: str) -> str:
@@ -172,103 +149,11 @@ class Strategy(enum.StrEnum):
     NETWORK_TOPOLOGY = "NetworkTopologyStrategy"
 
 
-class LogFormat(enum.StrEnum):
-    CONSOLE = "console"
-    JSON = "json"
-
-
 Verbose = Annotated[
     int,
     typer.Option("--verbose", "-v", count=True, help="Log more on stderr: -v info, -vv debug (default: warnings)."),
 ]
 LogFormatOption = Annotated[LogFormat, typer.Option("--log-format", help="Format of lockctl's log lines on stderr.")]
-
-
-# -- errors -------------------------------------------------------------------------------
-
-
-def _say(message: str) -> None:
-    typer.echo(f"lockctl: {redact(message)}", err=True)
-
-
-def _fail(code: int, message: str) -> NoReturn:
-    _say(message)
-    raise typer.Exit(code)
-
-
-@contextmanager
-def _clear_errors() -> Iterator[None]:
-    """Turn the library's errors into one clear line on stderr and a documented exit status."""
-    try:
-        yield
-    except InvalidLockId as exc:
-        _fail(EXIT_USAGE, f"error: {exc}")
-    except ConfigurationError as exc:
-        _fail(EXIT_CONFIG, f"configuration error: {exc}")
-    except ValidationError as exc:
-        _fail(
-            EXIT_CONFIG,
-            f"configuration error (CHRONOLOCK_* settings): {describe_validation_error(exc, ClientSettings)}",
-        )
-    except (StoreError, ClockError) as exc:
-        _fail(EXIT_UNAVAILABLE, f"unavailable: {exc}")
-
-
-def _check_seconds(name: str, value: float | None, *, positive: bool = False) -> None:
-    if value is None:
-        return
-    if math.isnan(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        _fail(EXIT_USAGE, f"error: {name} must be {bound} seconds, got {value}")
-
-
-def _setup_logging(verbose: int, log_format: LogFormat) -> None:
-    level = "warning" if verbose <= 0 else ("info" if verbose == 1 else "debug")
-    configure_logging(level, log_format.value)
-    if verbose <= 0:
-        # The driver logs every failed connection attempt with a traceback; lockctl reports the
-        # outcome in one line (StoreUnavailable) instead. -v shows the driver's side of it.
-        logging.getLogger("cassandra").setLevel(logging.CRITICAL)
-
-
-# -- signals ------------------------------------------------------------------------------
-
-
-class _SignalTrap:
-    """Record SIGINT/SIGTERM/SIGHUP instead of dying, so the lock is always released.
-
-    The handler only records the signal and sets ``event`` (also passed to ``get_lock``
-    as its ``cancel``); the main loop does the work.
-    """
-
-    def __init__(self) -> None:
-        self.received: list[int] = []
-        self.event = threading.Event()
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _SignalTrap:
-        for sig in FORWARDED_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.received.append(signum)
-        self.event.set()
-
-    @property
-    def first(self) -> int | None:
-        return self.received[0] if self.received else None
-
-
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 # -- run ------------------------------------------------------------------------------------
@@ -409,312 +294,27 @@ def run(
     126/127 COMMAND not executable/not found;
     128+N lockctl received signal N (forwarded to COMMAND's process group, lock released).
     """
-    _setup_logging(verbose, log_format)
-    metrics.record_nothing()  # lockctl exposes no /metrics: never import prometheus_client
-    with _clear_errors():
-        # First: a misspelt CHRONOLOCK_* variable or a missing store URL stops lockctl (exit 78)
-        # before it takes a lock in a store nobody else uses.
-        settings = ClientSettings()
-        validate_lock_id(name)
-    _check_seconds("--timeout", timeout)
-    _check_seconds("--lease", lease, positive=True)
-    if lease is not None and not math.isfinite(lease):
-        _fail(EXIT_USAGE, f"error: --lease must be a finite number of seconds, got {lease}")
-    _check_seconds("--kill-grace", kill_grace)
-    if kill_grace is not None and not math.isfinite(kill_grace):
-        _fail(EXIT_USAGE, f"error: --kill-grace must be a finite number of seconds, got {kill_grace}")
-    if try_ and timeout is not None:
-        _fail(EXIT_USAGE, "error: --try and --timeout exclude each other (--try never waits)")
-    if not command:
-        _fail(EXIT_USAGE, "error: no command given: lockctl run NAME -- COMMAND [ARGS]...")
-    how = _run_kind(limit, shared, exclusive, max_readers, once_per, tolerance, try_=try_, timeout=timeout)
-    if label is None:
-        label = shorten_label(f"lockctl run: {shlex.join(command)}")
-    else:
-        try:
-            check_label(label)
-        except ValueError as exc:
-            _fail(EXIT_USAGE, f"error: --label: {exc}")
-
-    from lockclient.locker import RemoteLocker
-
-    if lease is None:
-        effective_lease = settings.lease
-        source = f"{effective_lease:g} s from CHRONOLOCK_LEASE"
-    else:
-        effective_lease, source = lease, f"--lease {lease:g}"
-    if kill_grace is None:
-        kill_grace = default_kill_grace(effective_lease)
-        if kill_grace < 0:
-            _fail(
-                EXIT_USAGE,
-                f"error: a {effective_lease:g} s lease is too short for lockctl run: the command must be dead "
-                f"{KILL_MARGIN:g} s before the lease can run out and termination may start only when less than "
-                f"half of the lease is left, so the lease must be at least {2 * KILL_MARGIN:g} s [lease: {source}]",
-            )
-    problem = kill_grace_problem(kill_grace, effective_lease)
-    if problem is not None:
-        _fail(EXIT_USAGE, f"error: {problem} [lease: {source}]")
-
-    overrides: dict[str, Any] = {} if lease is None else {"lease": lease}
-    with _SignalTrap() as trap:
-        with _clear_errors():
-            locker = RemoteLocker.from_env(**overrides)
-        try:
-            code = _run_locked(
-                locker,
-                name,
-                command,
-                trap,
-                timeout=timeout,
-                try_=try_,
-                kill_grace=kill_grace,
-                pass_secrets=pass_secrets,
-                conflict_exit_code=conflict_exit_code,
-                verbose=verbose > 0,
-                how=how,
-                label=label,
-            )
-        finally:
-            locker.close()
-    raise typer.Exit(code)
-
-
-def _run_kind(
-    limit: int | None,
-    shared: bool,
-    exclusive: bool,
-    max_readers: int,
-    once_per: str | None,
-    tolerance: str | None,
-    *,
-    try_: bool,
-    timeout: float | None,
-) -> RunKind:
-    """``run``'s --limit / --shared / --exclusive / --once-per, checked (exit 2 when they cannot go together)."""
-    try:
-        period = None if once_per is None else parse_duration(once_per)
-        slack = None if tolerance is None else parse_duration(tolerance)
-    except ValueError as exc:
-        _fail(EXIT_USAGE, f"error: {exc}")
-    how = RunKind(limit, shared, exclusive, max_readers, period, slack)
-    problem = how.problem(try_=try_, timeout=timeout)
-    if problem is not None:
-        _fail(EXIT_USAGE, f"error: {problem}")
-    return how
-
-
-def _run_locked(
-    locker: RemoteLocker,
-    name: str,
-    command: list[str],
-    trap: _SignalTrap,
-    *,
-    timeout: float | None,
-    try_: bool,
-    kill_grace: float,
-    pass_secrets: bool = False,
-    conflict_exit_code: int = EXIT_BUSY,
-    verbose: bool = False,
-    how: RunKind | None = None,
-    label: str | None = None,
-) -> int:
-    lock: RemoteLock | None
-    started = time.monotonic()
-    progress = _Progress(locker, name) if verbose and not try_ else None
-    with _clear_errors():
-        try:
-            if how is not None and (how.kind != "lock" or how.once_per is not None):
-                lock = how.acquire(locker, name, timeout=timeout, try_=try_, cancel=trap.event, label=label)
-                if lock is None and how.once_per is not None:
-                    logging.getLogger("lockctl").info(
-                        "once-per: %r ran within the last %gs of global time, or runs now: skipped", name, how.min_hold
-                    )
-                    return 0
-                if lock is None:
-                    _fail(conflict_exit_code, f"{how.describe(name)} is busy; not waiting (--try)")
-            elif try_:
-                lock = locker.try_get_lock(name, label=label)
-                if lock is None:
-                    _fail(conflict_exit_code, f"lock {name!r} is busy (held or awaited); not waiting (--try)")
-            else:
-                if progress is not None:
-                    progress.start()
-                try:
-                    lock = locker.get_lock(name, timeout, cancel=trap.event, label=label)
-                finally:
-                    if progress is not None:
-                        progress.stop()
-        except LockTimeout:
-            what = how.describe(name) if how is not None else f"lock {name!r}"
-            _fail(conflict_exit_code, f"timed out after {timeout:g} s waiting for {what}")
-        except LockCancelled:
-            sig = trap.first or signal.SIGTERM
-            _fail(128 + sig, f"{_signal_name(sig)} while waiting for lock {name!r}; nothing was run")
-    if verbose:
-        _say(
-            f"lock {name!r}: acquired after {time.monotonic() - started:.2f} s, fencing token "
-            f"{lock.fencing_token}; running {command[0]}"
-        )
-    try:
-        if trap.first is not None:  # a signal arrived just as we acquired
-            _say(f"{_signal_name(trap.first)} received; the command was not started")
-            return 128 + trap.first
-        return _supervise(lock, command, trap, kill_grace, pass_secrets=pass_secrets)
-    finally:
-        lock.release()  # never raises for the store: a release it could not finish goes on in the background
-        if verbose:
-            _say(f"lock {name!r}: released")
-        if lock.cleanup_pending:
-            _say(
-                f"warning: the store did not answer the release of lock {name!r}; retrying for a few seconds "
-                "before exiting (if that fails too, leasewatch clears it after the lease)"
-            )
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
-def queue_position(status: LockStatus, owner_prefix: str) -> str | None:
-    """Where the acquisition whose owner starts with ``owner_prefix`` stands, in words —
-    ``waiting behind vm.12.MainThread.a1b2 (the holder), 1st in line`` — or None if its queue
-    cell is not there (not queued yet, or granted)."""
-    queue = status.queue
-    mine = next((i for i, entry in enumerate(queue) if entry.owner.startswith(owner_prefix)), None)
-    if mine is None or queue[mine].owner in status.holders:
-        return None
-    waiters_ahead = sum(1 for entry in queue[:mine] if entry.owner not in status.holders)
-    place = f"{_ordinal(waiters_ahead + 1)} in line"
-    if mine == 0:
-        return f"{place}; nobody holds the lock (taking it)"
-    ahead = queue[mine - 1].owner
-    return f"waiting behind {ahead}{' (the holder)' if ahead in status.holders else ''}, {place}"
-
-
-class _Progress:
-    """``lockctl run -v``: where this run stands in the lock's queue, in words, each time it changes
-    (read with :meth:`RemoteLocker.status` once a second on a thread of its own; the acquisition
-    itself is lockctl's only one, in its main thread, so its owner starts with ``host.pid.``)."""
-
-    INTERVAL = 1.0
-
-    def __init__(self, locker: RemoteLocker, name: str) -> None:
-        from lockclient.runtime.threads import host_name
-
-        self._locker = locker
-        self._name = name
-        self._prefix = f"{host_name()}.{os.getpid()}."
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lockctl-progress", daemon=True)
-        self._last: str | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2.0)
-
-    def _run(self) -> None:
-        # The first look after a moment: an uncontended acquisition is over by then, and says nothing.
-        wait = 0.2
-        while not self._stop.wait(wait):
-            wait = self.INTERVAL
-            try:
-                where = queue_position(self._locker.status(self._name), self._prefix)
-            except Exception:  # noqa: S112 - a progress line is never worth failing the run for
-                continue
-            if where is not None and where != self._last and not self._stop.is_set():
-                self._last = where
-                _say(f"lock {self._name!r}: {where}")
-
-
-def child_environment(environ: dict[str, str], *, pass_secrets: bool = False) -> dict[str, str]:
-    """The environment COMMAND gets: lockctl's, without the secrets of any chronolock component
-    (the Cassandra password, leasewatch and timesvc tokens) and without credentials in
-    ``CHRONOLOCK_STORE_URL`` — unless ``pass_secrets``. COMMAND is someone else's program:
-    it needs the lock, not the right to rewrite every lock's cells."""
-    env = dict(environ)
-    if pass_secrets:
-        return env
-    # The library never imports the services: their secret names are listed in
-    # SERVICE_SECRET_ENV (a test keeps the list equal to what their settings classes read).
-    secrets = secret_env_names(StoreSettings) | secret_env_names(ClientSettings) | SERVICE_SECRET_ENV
-    for name in secrets:
-        env.pop(name, None)
-    url = env.get("CHRONOLOCK_STORE_URL")
-    if url is not None:
-        env["CHRONOLOCK_STORE_URL"] = strip_url_credentials(url)
-    return env
-
-
-def _supervise(
-    lock: RemoteLock,
-    command: list[str],
-    trap: _SignalTrap,
-    kill_grace: float,
-    *,
-    pass_secrets: bool = False,
-    extra_env: dict[str, str] | None = None,
-) -> int:
-    """Run the command under supervision (lockclient.supervisor); return lockctl's exit status."""
-    refusal = _why_not_start(lock, kill_grace)
-    if refusal is not None:
-        _say(refusal)
-        return EXIT_LOCK_LOST
-    env = child_environment(dict(os.environ), pass_secrets=pass_secrets)
-    name = getattr(lock, "name", lock.lock_id)  # a semaphore's or read-write lock's name, not its row
-    env.update(
-        CHRONOLOCK_LOCK_ID=name,
-        CHRONOLOCK_FENCING_TOKEN=str(lock.fencing_token),
-        CHRONOLOCK_LOCK_OWNER=lock.owner,
-        CHRONOLOCK_LOCK_KIND=getattr(lock, "kind", "lock"),
+    # The work is lockclient.lockctl_run's, shared with lockctl's fast path (which runs it without typer).
+    run_command(
+        name,
+        command,
+        read_settings=ClientSettings,
+        timeout=timeout,
+        try_=try_,
+        conflict_exit_code=conflict_exit_code,
+        lease=lease,
+        kill_grace=kill_grace,
+        pass_secrets=pass_secrets,
+        limit=limit,
+        shared=shared,
+        exclusive=exclusive,
+        max_readers=max_readers,
+        once_per=once_per,
+        tolerance=tolerance,
+        label=label,
+        verbose=verbose,
+        log_format=log_format,
     )
-    env.update(extra_env or {})
-
-    def say(message: str) -> None:
-        _say(f"lock {lock.lock_id!r}: {message}")
-
-    try:
-        outcome = run_supervised(lock, command, env, kill_grace=kill_grace, received=trap.received, say=say)
-    except (SupervisionError, subprocess.SubprocessError, OSError) as exc:
-        code, message = _start_failure(command[0], exc)
-        _say(message)
-        return code
-    if outcome.lease_ended:
-        _say(
-            f"lost lock {lock.lock_id!r} (or its lease was about to run out) while the command ran "
-            f"({lock.lost_reason or 'not renewed in time'}); the command ended with status {outcome.status}"
-        )
-        return EXIT_LOCK_LOST
-    if trap.first is not None:
-        return 128 + trap.first
-    return outcome.status
-
-
-def _why_not_start(lock: RemoteLock, kill_grace: float) -> str | None:
-    if lock.lost.is_set():
-        return f"lost lock {lock.lock_id!r} before the command started ({lock.lost_reason}); not running it"
-    left = lock.valid_until - time.monotonic()
-    if left <= kill_grace + KILL_MARGIN:
-        # Only when the store is failing: the command would be terminated as soon as it started.
-        return (
-            f"the lease of lock {lock.lock_id!r} runs out in {max(left, 0):.2f} s and was not renewed; "
-            "not running the command"
-        )
-    return None
-
-
-def _start_failure(program: str, exc: Exception) -> tuple[int, str]:
-    if isinstance(exc, SupervisionError):
-        return EXIT_CANNOT_EXECUTE, f"not running {program}: {exc}"
-    if isinstance(exc, FileNotFoundError):
-        return EXIT_NOT_FOUND, f"{program}: command not found"
-    if isinstance(exc, OSError):
-        return EXIT_CANNOT_EXECUTE, f"{program}: cannot execute: {exc.strerror or exc}"
-    return EXIT_CANNOT_EXECUTE, f"{program}: cannot start it under supervision: {exc}"
 
 
 # -- status ---------------------------------------------------------------------------------

@@ -22,15 +22,17 @@ import typer
 from lockclient import metrics
 from lockclient.cli import (
     _EPILOG,
-    EXIT_USAGE,
-    LogFormat,
     LogFormatOption,
     Verbose,
+    app,
+)
+from lockclient.lockctl_run import (
+    EXIT_USAGE,
+    LogFormat,
     _clear_errors,
     _fail,
     _say,
     _setup_logging,
-    app,
 )
 from lockclient.lockid import MAX_LOCK_ID_BYTES, primitive_row, validate_lock_id
 

@@ -26,11 +26,15 @@ import typer
 
 from lockclient.cli import (
     _EPILOG,
+    LogFormatOption,
+    Verbose,
+    app,
+)
+from lockclient.errors import LockCancelled, LockTimeout
+from lockclient.lockctl_run import (
     EXIT_BUSY,
     EXIT_USAGE,
     LogFormat,
-    LogFormatOption,
-    Verbose,
     _check_seconds,
     _clear_errors,
     _fail,
@@ -38,9 +42,7 @@ from lockclient.cli import (
     _signal_name,
     _SignalTrap,
     _supervise,
-    app,
 )
-from lockclient.errors import LockCancelled, LockTimeout
 from lockclient.lockid import validate_lock_id
 from lockclient.settings import ClientSettings
 from lockclient.supervisor import KILL_MARGIN, default_kill_grace, kill_grace_problem

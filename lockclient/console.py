@@ -36,7 +36,14 @@ def _run(program: str, module: str, extra: str, provided_by_extra: tuple[str, ..
 
 
 def lockctl() -> None:
-    """``lockctl`` (:func:`lockclient.cli.main`): needs ``chronolock[cli]``."""
+    """``lockctl`` (:func:`lockclient.cli.main`): needs ``chronolock[cli]``.
+
+    ``lockctl run`` is tried first without building the typer application
+    (:func:`lockclient.lockctl_run.fast_main`: issue 25's start-up target); whatever that path does
+    not read with certainty — help, usage errors, bad settings, every other command — is typer's."""
+    from lockclient.lockctl_run import fast_main
+
+    fast_main(sys.argv[1:])  # returns only when it did not run the command
     _run("lockctl", "lockclient.cli", "cli", _CLI)
 
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings
+from typing import TYPE_CHECKING, TypeGuard
 
 from lockclient.errors import ConfigurationError
 from lockclient.redact import redact, redact_exception
 
-__all__ = ["EXIT_CONFIG", "describe_validation_error", "guarded_main"]
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from pydantic_settings import BaseSettings
+
+__all__ = ["EXIT_CONFIG", "describe_validation_error", "guarded_main", "is_validation_error"]
 
 EXIT_CONFIG = 78
 
@@ -38,6 +40,13 @@ def describe_validation_error(exc: ValidationError, settings_cls: type[BaseSetti
     return redact("; ".join(problems))
 
 
+def is_validation_error(exc: BaseException) -> TypeGuard[ValidationError]:
+    """A pydantic ``ValidationError`` (bad settings)? pydantic is not imported to tell: a program that
+    never loaded it (``lockctl run``'s fast path, issue 25: start-up) cannot have raised one."""
+    core = sys.modules.get("pydantic_core")
+    return core is not None and isinstance(exc, core.ValidationError)
+
+
 def guarded_main(run: Callable[[], object], *, program: str, settings_cls: type[BaseSettings] | None = None) -> None:
     """Run a command-line program; turn errors into clear, redacted messages and exit codes."""
     try:
@@ -47,9 +56,9 @@ def guarded_main(run: Callable[[], object], *, program: str, settings_cls: type[
     except ConfigurationError as exc:
         print(f"{program}: configuration error: {redact(str(exc))}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
-    except ValidationError as exc:
-        print(f"{program}: configuration error: {describe_validation_error(exc, settings_cls)}", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG) from None
     except Exception as exc:
+        if is_validation_error(exc):
+            print(f"{program}: configuration error: {describe_validation_error(exc, settings_cls)}", file=sys.stderr)
+            raise SystemExit(EXIT_CONFIG) from None
         print(f"{program}: unexpected error\n{redact_exception(exc)}", file=sys.stderr, end="")
         raise SystemExit(1) from None

@@ -46,6 +46,7 @@ __all__ = [
     "PREFIXES",
     "RUNTIME_ENV",
     "SERVICE_ENV",
+    "SERVICE_SECRET_ENV",
     "check_environment",
     "closest_name",
     "is_service_link",
@@ -102,6 +103,19 @@ SERVICE_ENV: Final = frozenset(
 )
 """Every variable timesvc and leasewatch read besides the shared ``CHRONOLOCK_*`` store settings
 (deprecated spellings included). A test keeps it equal to their settings classes."""
+
+SERVICE_SECRET_ENV: Final = frozenset(
+    {
+        "LEASEWATCH_ADMIN_TOKENS",
+        "LEASEWATCH_ADMIN_TOKEN",
+        "LEASEWATCH_READ_TOKEN",
+        "LEASEWATCH_TIMESVC_TOKEN",
+        "TIMESVC_READ_TOKEN",
+    }
+)
+"""Secret variables of timesvc and leasewatch (a test keeps this equal to their settings classes).
+``lockctl run`` removes them from the command's environment. (Here, not in
+:mod:`lockclient.settings`, so that ``lockctl run`` needs no pydantic; that module re-exports it.)"""
 
 RUNTIME_ENV: Final = frozenset(
     {

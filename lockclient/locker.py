@@ -64,6 +64,7 @@ from lockclient.watermark import Watermarks
 if TYPE_CHECKING:
     import asyncio
 
+    from lockclient.clientenv import ClientConfig
     from lockclient.election import Election
     from lockclient.events import LockEvent
     from lockclient.permits import Permit
@@ -389,7 +390,12 @@ class RemoteLocker:
         """Build from ``CHRONOLOCK_*`` settings (docs/configuration.md lists them); keyword arguments override."""
         from lockclient.settings import ClientSettings
 
-        settings = ClientSettings()
+        return cls.from_settings(ClientSettings(), **overrides)
+
+    @classmethod
+    def from_settings(cls, settings: ClientConfig, **overrides: Any) -> RemoteLocker:
+        """Build from settings already read: :class:`~lockclient.settings.ClientSettings`, or what
+        ``lockctl run`` read without pydantic (:mod:`lockclient.clientenv`); keyword arguments override."""
         store = settings.open_store()
         clock: GlobalClock | None = None
         waker: Waker | None = None

@@ -31,10 +31,16 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from lockclient.environment import SERVICE_ENV, check_environment, is_service_link, without_service_links
-from lockclient.errors import ConfigurationError
+from lockclient.clientenv import NO_STORE_URL, check_store_url, open_configured_store, tls_options
+from lockclient.environment import (
+    SERVICE_ENV,
+    SERVICE_SECRET_ENV,
+    check_environment,
+    is_service_link,
+    without_service_links,
+)
 from lockclient.redact import MASK, redact, register_secret, strip_url_credentials
-from lockclient.store.url import TlsOptions, TlsVerify, parse_store_url
+from lockclient.store.url import TlsOptions, TlsVerify
 
 if TYPE_CHECKING:
     from lockclient.store.base import CellStore
@@ -58,14 +64,6 @@ __all__ = [
     "settings_help",
     "settings_report",
 ]
-
-NO_STORE_URL = (
-    "CHRONOLOCK_STORE_URL is not set, and chronolock does not invent a store: a lock taken in a store "
-    "no other process uses excludes nothing. For the local stack run `make up` in a chronolock clone "
-    "and paste the export lines it prints (absolute paths); otherwise set it to "
-    "sqlite:////absolute/path/cells.db (one machine) or cassandra://host1,host2:9042/keyspace?dc=DC"
-)
-"""Why a component without ``CHRONOLOCK_STORE_URL`` refuses to start, and how to get one."""
 
 
 def default_replica_id() -> str:
@@ -173,16 +171,8 @@ class StoreSettings(BaseSettings):
     def _valid_url(cls, value: str) -> str:
         # ConfigurationError, not ValueError: it passes through pydantic as it is, so that
         # RemoteLocker.from_env() raises it and every command exits 78 with this message.
-        if not value.strip():
-            raise ConfigurationError(NO_STORE_URL)
-        url = parse_store_url(value)  # raises ConfigurationError with a clear message (no password in it)
-        if url.scheme == "sqlite" and not os.path.isabs(url.path):
-            raise ConfigurationError(
-                f"CHRONOLOCK_STORE_URL names a relative SQLite path ({url.path!r}): every process would "
-                "resolve it against its own working directory and lock in its own store. Give an absolute "
-                "path: sqlite:////absolute/path/cells.db (four slashes)"
-            )
-        return value
+        # (lockclient.clientenv: the same check, shared with lockctl run's pydantic-free reader.)
+        return check_store_url(value)
 
     @field_validator("cassandra_ssl_ca", "cassandra_ssl_cert", "cassandra_ssl_key", "cassandra_ssl_hostname")
     @classmethod
@@ -199,24 +189,18 @@ class StoreSettings(BaseSettings):
 
     def tls(self) -> TlsOptions:
         """The TLS settings (the store URL's ``ssl*`` options override them)."""
-        enabled = self.cassandra_ssl or any(
-            (self.cassandra_ssl_ca, self.cassandra_ssl_cert, self.cassandra_ssl_key, self.cassandra_ssl_hostname)
-        )
-        return TlsOptions(
-            enabled=enabled,
+        return tls_options(
+            ssl=self.cassandra_ssl,
             ca=self.cassandra_ssl_ca,
             cert=self.cassandra_ssl_cert,
             key=self.cassandra_ssl_key,
-            hostname=self.cassandra_ssl_hostname if self.cassandra_ssl_verify == "full" else None,
+            hostname=self.cassandra_ssl_hostname,
             verify=self.cassandra_ssl_verify,
         )
 
     def open_store(self) -> CellStore:
         """Open the configured store."""
-        from lockclient.store import open_store
-
-        password = self.cassandra_password.get_secret_value() if self.cassandra_password else None
-        return open_store(self.store_url, username=self.cassandra_username, password=password, tls=self.tls())
+        return open_configured_store(self, self.tls())
 
 
 class LoggingSettings(BaseSettings):
@@ -300,19 +284,6 @@ class ClientSettings(StoreSettings):
         "clock: allowed on the embedded store (one machine), refused on Cassandra unless this is true",
     )
 
-
-SERVICE_SECRET_ENV = frozenset(
-    {
-        "LEASEWATCH_ADMIN_TOKENS",
-        "LEASEWATCH_ADMIN_TOKEN",
-        "LEASEWATCH_READ_TOKEN",
-        "LEASEWATCH_TIMESVC_TOKEN",
-        "TIMESVC_READ_TOKEN",
-    }
-)
-"""Secret variables of timesvc and leasewatch (the library does not import the services; a
-test keeps this equal to their settings classes). ``lockctl run`` removes them from the
-command's environment."""
 
 MIN_TOKEN_LENGTH = 32
 """Bearer tokens shorter than this are refused at start-up (``openssl rand -hex 32`` gives 64)."""

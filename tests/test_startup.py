@@ -23,6 +23,8 @@ from lockclient.wake import LeasewatchWaker
 ROOT = Path(__file__).resolve().parent.parent
 NOT_AT_IMPORT = ("typer", "rich", "click", "fastapi", "uvicorn", "cassandra", "httpx", "structlog", "asyncio")
 NOT_IN_LOCKCTL = ("prometheus_client", "structlog", "rich", "fastapi", "uvicorn", "cassandra")
+# lockctl run through the lockctl script (lockclient.lockctl_run's fast path): not even typer or pydantic.
+NOT_IN_LOCKCTL_RUN = (*NOT_IN_LOCKCTL, "typer", "click", "pydantic", "pydantic_core", "pydantic_settings", "asyncio")
 
 
 def _modules_after(code: str, env: dict[str, str] | None = None) -> set[str]:
@@ -53,6 +55,24 @@ def test_lockctl_run_loads_no_metrics_structlog_or_server(tmp_path: Path) -> Non
     )
     assert "lockclient" in loaded
     assert not loaded & set(NOT_IN_LOCKCTL), sorted(loaded & set(NOT_IN_LOCKCTL))
+
+
+def test_the_lockctl_script_runs_lockctl_run_without_typer_or_pydantic(tmp_path: Path) -> None:
+    """Issue 25's start-up target (``python -c pass`` + 150 ms + the store's round trips): typer's
+    application and pydantic's settings classes cost more than that on their own, so the script's
+    ``lockctl run`` does without them — and the lock is still taken (exit 0, the command ran)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONOLOCK_")}
+    env["CHRONOLOCK_STORE_URL"] = f"sqlite:///{tmp_path / 'cells.db'}"
+    marker = tmp_path / "ran"
+    loaded = _modules_after(
+        "import sys\nfrom lockclient.console import lockctl\n"
+        f"sys.argv = ['lockctl', 'run', 'x', '--', 'touch', {str(marker)!r}]\n"
+        "try:\n    lockctl()\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code",
+        env,
+    )
+    assert marker.exists()
+    assert "lockclient" in loaded
+    assert not loaded & set(NOT_IN_LOCKCTL_RUN), sorted(loaded & set(NOT_IN_LOCKCTL_RUN))
 
 
 @pytest.fixture
