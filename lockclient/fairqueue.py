@@ -21,8 +21,9 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
    reads three queue cells at most (ours and the two ahead), so it costs the same in a
    queue of 2 or 200.
 
-So an uncontended acquisition costs one plain round trip and one Paxos round; a
-release costs one round trip (the holder record and the queue cell, together).
+So an uncontended acquisition costs one plain round trip and one Paxos round — overlapped
+into one round trip when the grant is sent with the enqueue (below); a release costs one round
+trip (the holder record and the queue cell, together).
 
 **A hand-over skips the look.** The first in line, woken by the release of the holder its
 last look saw (a datagram to the name of what it watches, or leasewatch's answer), sends
@@ -46,17 +47,54 @@ exactly this; with two cells the waiter behind the holder could not see such a c
 granted itself over it, again and again while the contender raced every hand-over
 (bench/peers, P = 5: one grant overtaken by 16 later tickets, 30 ms).
 
-**Re-taking a quiet lock: one round trip.** A process that took a lock without waiting and
-released it cleanly remembers the fencing counter it left and the watermark proposal it
-saw. Its next acquisition of that lock sends the grant's compare-and-set — conditional on
-both being unchanged, i.e. on nobody having taken the lock since — *together with* the
-enqueue and the first look. If the look finds nobody ahead, the grant stands: one round
-trip, one Paxos round, like the naive LWT lock. If it finds a cell ahead (a contender that
-enqueued meanwhile), the grant is given back before anybody was told of it — its fencing
-token is skipped, never used — and the acquisition queues like any other: FIFO is judged
-by the same look, and only mutual exclusion rests on the compare-and-set, as always. The
-guess costs a refused compare-and-set when someone else took the lock since; a refusal or
-any wait forgets the lock, so a contended lock is never guessed at twice in a row.
+**A speculative grant: one round trip for a re-take and for a first use.** The grant's
+compare-and-set may be sent *together with* the enqueue and the first look, on a guess of what
+the lock's row holds (issue 27):
+
+* a **re-take**: this process took the lock without waiting and released it cleanly; it guesses
+  the fencing counter it left and the watermark proposal it saw (nobody took the lock since);
+* a **first use**: a lock id this process never used; it guesses that the lock's row does not
+  exist — no holder, no fencing counter, no proposal (most ids a service locks, ``account:42``,
+  are taken once, or rarely, and a brand-new one has no row).
+
+The guess is only ever a condition: the compare-and-set applies iff nobody holds the lock, the
+fencing counter is as guessed (absent, for a first use) and so is the proposal — so it issues
+token n + 1 on exactly the counter n that is there, as any grant. If the look that overlapped it
+finds nobody ahead (and our ticket not below the proposal), the grant stands: one round trip, one
+Paxos round, like the naive LWT lock. If the look finds a cell ahead (a contender whose enqueue
+completed before our look began), the grant is given back before anybody was told of it — the
+holder record is deleted, its fencing token skipped and never used (tokens need only increase) —
+and the acquisition queues like any other. So:
+
+* *mutual exclusion and fencing* rest on the compare-and-set alone, as always: two speculative
+  first grants on a new id race on the same condition, and Paxos applies one (the other is refused
+  and reads the winner as holder);
+* *FIFO* is judged by the same overlapped look as a grant that follows it would be (see below),
+  and a speculative grant is kept only on *that* look's answer — never on a look sent later (one
+  that had to be re-sent after a cut-off gives the grant back first: a later look may no longer
+  see a cell that was ahead of us when the grant applied);
+* an *unknown outcome* of the speculative compare-and-set (a timeout, 0x1700) is settled as any
+  grant's (:func:`lockclient.algorithm.take`): the store re-reads at SERIAL within the caller's
+  deadline, and a grant found applied is kept or given back by the look like one answered at
+  once. If it cannot be settled before the deadline (or the caller cancels), the acquisition fails
+  and a background task keeps ending the record *if it is ours* (``_release_if_ours``, for
+  3 leases); a record it cannot reach is not renewed by anybody, and leasewatch revokes it after
+  ``lease + grace`` (that long the lock is unavailable; no holder is ever told of it, so exclusion
+  is untouched). A speculative grant is never left to a keeper: only one that stands is added;
+* the lease row is not read beside a speculative grant: its compare-and-set answers with the cells
+  a look needs (holder, fencing counter, proposal), read by its Paxos round after our look was
+  sent — one request less on the ring than a plain read beside it. A refused guess therefore
+  costs a Paxos round *in parallel with the look* and no extra read; when the lock turns out to
+  be free (a first use of an id others used before), the normal grant follows with the counter
+  the refusal returned: two Paxos rounds, one after the other, where the plain path has a plain
+  read and then one.
+
+So a wrong guess costs a round trip more than not guessing, and a Paxos round on a row others may
+be using. Hence the guesses are rationed: a refusal or any wait forgets a re-take (a contended
+lock is never guessed at twice in a row); a lock id is guessed new only on this process's first
+use of it, and only while at least half of the recent first-use guesses here were right
+(:class:`_FirstUse`: a fleet sharing ids stops guessing after a few refusals, and probes again
+every 16th first use).
 
 **Why the first look may overlap the enqueue** (issue 14: on a 3-node ring the sequential
 look made an uncontended acquire 2.7× the naive LWT lock's). What the look decides needs
@@ -553,14 +591,17 @@ class _FirstUse:
     other contenders may be using, and a round trip more than the plain path when the lock is
     free (the grant then follows the look). Where the ids a process locks were mostly used by
     other processes before (a fleet of workers sharing ``account:<n>``), the guess is mostly
-    wrong: so it is made while at least half of the last :data:`WINDOW` guesses were right, and
-    otherwise only every :data:`PROBE_EVERY`-th first use, to notice when that changes.
+    wrong: so it is made while at least half of the last :data:`WINDOW` guesses were right (and
+    always for the first :data:`FIRST`), otherwise only every :data:`PROBE_EVERY`-th first use, to
+    notice when that changes.
 
     The ids are remembered in a bounded LRU (:data:`LIMIT`): an id forgotten is guessed at again,
     which costs at most one refused compare-and-set."""
 
-    LIMIT = 65536
+    LIMIT = 8192
     WINDOW = 32
+    FIRST = 4
+    """Guesses always made before the window judges (a refusal or two proves nothing)."""
     PROBE_EVERY = 16
 
     def __init__(self) -> None:
@@ -583,7 +624,7 @@ class _FirstUse:
     def worth_guessing(self) -> bool:
         with self._lock:
             right = sum(self._outcomes)
-            if 2 * right >= len(self._outcomes):
+            if len(self._outcomes) < self.FIRST or 2 * right >= len(self._outcomes):
                 return True
             self._skipped += 1
             return self._skipped % self.PROBE_EVERY == 0
