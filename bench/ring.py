@@ -97,14 +97,20 @@ def _prepare_schema() -> None:
 # -- workers (spawned processes) ----------------------------------------------------------------
 
 
-def _locker(store: Any) -> Any:
-    """A client as deployed: global time from the timesvc replicas, leasewatch wake-ups."""
-    from lockclient import RemoteLocker, TimeServiceClock
+def _clock() -> Any:
+    from lockclient import TimeServiceClock
+
+    return TimeServiceClock(os.environ["CHRONOLOCK_BENCH_TIMESVC_URLS"].split(","))
+
+
+def _locker(store: Any, clock: Any = None) -> Any:
+    """A client as deployed: global time from the timesvc replicas (``clock``: one shared by the
+    lockers of one process), leasewatch wake-ups."""
+    from lockclient import RemoteLocker
     from lockclient.wake import LeasewatchWaker
 
-    urls = os.environ["CHRONOLOCK_BENCH_TIMESVC_URLS"].split(",")
     waker = LeasewatchWaker(os.environ["CHRONOLOCK_BENCH_LEASEWATCH_URL"])
-    return RemoteLocker(store, TimeServiceClock(urls), lease=10, waker=waker)
+    return RemoteLocker(store, clock or _clock(), lease=10, waker=waker)
 
 
 def _worker(kind: str, lock_id: str, out: str, stop: str, barrier: Any) -> None:
@@ -189,8 +195,11 @@ def _uncontended(n: int) -> dict[str, Any]:
     store = open_store(_store_url())
     # One client per case, as a process of its own would be (what a client remembers of a lock is
     # its own); "others" takes and releases the ids that the "used by others" client then takes.
-    lockers = {case: _locker(store) for case in CASES}
-    others = _locker(store)
+    # One global clock for all, as one process has: four would ask timesvc — and through it the
+    # ring — four times as often as one client does.
+    clock = _clock()
+    lockers = {case: _locker(store, clock) for case in CASES}
+    others = _locker(store, clock)
     naive, naive_other = _Naive(), _Naive()
     run_id = uuid.uuid4().hex[:8]
     samples: dict[tuple[str, str], dict[str, list[float]]] = {
@@ -232,6 +241,7 @@ def _uncontended(n: int) -> dict[str, Any]:
     finally:
         for locker in (*lockers.values(), others):
             locker.close()
+        clock.close()
         store.close()
         naive.close()
         naive_other.close()
