@@ -11,7 +11,10 @@ on the same ring (started here, on free loopback ports, stopped by PID), clients
 ``TimeServiceClock`` over the three and leasewatch wake-ups.
 
 * **Uncontended**: one process, acquire + release, p50/p99, with chronolock's round trips and
-  Paxos rounds counted by its store wrapper.
+  Paxos rounds counted by its store wrapper, in three cases (:data:`CASES`: a re-take, a first
+  use of a new id, an id another client used before), both locks, interleaved (issue 27).
+  ``CHRONOLOCK_BENCH_RING_PARTS=uncontended`` runs only these; ``CHRONOLOCK_BENCH_RING_LABEL``
+  adds a suffix to the results' file name (a run of other code, kept beside).
 * **Contended** P = 5 processes, no work inside the lock, through phases: no fault; node 3
   paused (SIGSTOP); resumed; node 3 killed; restarted (only with ``..._RING_CTL``). Per phase:
   acquisitions/s, wait p50 / max, the longest time nobody held the lock while a worker waited,
