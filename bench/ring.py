@@ -11,7 +11,10 @@ on the same ring (started here, on free loopback ports, stopped by PID), clients
 ``TimeServiceClock`` over the three and leasewatch wake-ups.
 
 * **Uncontended**: one process, acquire + release, p50/p99, with chronolock's round trips and
-  Paxos rounds counted by its store wrapper.
+  Paxos rounds counted by its store wrapper, in three cases (:data:`CASES`: a re-take, a first
+  use of a new id, an id another client used before), both locks, interleaved (issue 27).
+  ``CHRONOLOCK_BENCH_RING_PARTS=uncontended`` runs only these; ``CHRONOLOCK_BENCH_RING_LABEL``
+  adds a suffix to the results' file name (a run of other code, kept beside).
 * **Contended** P = 5 processes, no work inside the lock, through phases: no fault; node 3
   paused (SIGSTOP); resumed; node 3 killed; restarted (only with ``..._RING_CTL``). Per phase:
   acquisitions/s, wait p50 / max, the longest time nobody held the lock while a worker waited,
@@ -97,14 +100,20 @@ def _prepare_schema() -> None:
 # -- workers (spawned processes) ----------------------------------------------------------------
 
 
-def _locker(store: Any) -> Any:
-    """A client as deployed: global time from the timesvc replicas, leasewatch wake-ups."""
-    from lockclient import RemoteLocker, TimeServiceClock
+def _clock() -> Any:
+    from lockclient import TimeServiceClock
+
+    return TimeServiceClock(os.environ["CHRONOLOCK_BENCH_TIMESVC_URLS"].split(","))
+
+
+def _locker(store: Any, clock: Any = None) -> Any:
+    """A client as deployed: global time from the timesvc replicas (``clock``: one shared by the
+    lockers of one process), leasewatch wake-ups."""
+    from lockclient import RemoteLocker
     from lockclient.wake import LeasewatchWaker
 
-    urls = os.environ["CHRONOLOCK_BENCH_TIMESVC_URLS"].split(",")
     waker = LeasewatchWaker(os.environ["CHRONOLOCK_BENCH_LEASEWATCH_URL"])
-    return RemoteLocker(store, TimeServiceClock(urls), lease=10, waker=waker)
+    return RemoteLocker(store, clock or _clock(), lease=10, waker=waker)
 
 
 def _worker(kind: str, lock_id: str, out: str, stop: str, barrier: Any) -> None:
@@ -154,53 +163,106 @@ def _worker(kind: str, lock_id: str, out: str, stop: str, barrier: Any) -> None:
     Path(out).write_text(json.dumps(records))
 
 
-def _uncontended(kind: str, n: int) -> dict[str, Any]:
+CASES = ("re-take", "first use", "used by others")
+"""The uncontended cases, each measured for both locks, interleaved (one acquisition of every case
+in turn, so that the machine's load falls on all of them alike):
+
+* **re-take** — one lock id, acquired and released again and again by the same client;
+* **first use** — a lock id nobody ever used (a new one for every acquisition): most ids a service
+  locks (``account:42``) are taken once, or rarely;
+* **used by others** — a lock id this client never used but another client took and released
+  before (another process, in a deployment): chronolock's guess that the lock row does not exist
+  is refused."""
+
+
+class _Naive:
+    def __init__(self) -> None:
+        self.cluster, self.session, self.acquire_stmt, self.release_stmt = _naive_session()
+
+    def acquire(self, lock_id: str) -> str:
+        owner = uuid.uuid4().hex
+        assert self.session.execute(self.acquire_stmt, (lock_id, owner)).was_applied
+        return owner
+
+    def release(self, lock_id: str, owner: str) -> None:
+        self.session.execute(self.release_stmt, (lock_id, owner))
+
+    def close(self) -> None:
+        self.cluster.shutdown()
+
+
+def _uncontended(n: int) -> dict[str, Any]:
+    """Both locks, every case of :data:`CASES`, ``n`` acquisitions each after 20 of warm-up."""
     from lockclient import open_store
 
-    lock_id = f"u-{uuid.uuid4().hex[:8]}"
-    total: list[float] = []
-    acquire_times: list[float] = []
-    extra: dict[str, Any] = {}
-    if kind == "chronolock":
-        store = open_store(_store_url())
-        locker = _locker(store)
-        for i in range(n + 20):
-            t0 = time.perf_counter()
-            lock = locker.get_lock(lock_id)
-            t1 = time.perf_counter()
-            lock.release()
-            t2 = time.perf_counter()
-            if i >= 20:
-                total.append(t2 - t0)
-                acquire_times.append(t1 - t0)
-                extra = {
-                    "acquire_round_trips": lock.round_trips,
-                    "acquire_lwt_rounds": lock.lwt_rounds,
-                    "release_round_trips": lock.release_counts.round_trips,
-                    "release_lwt_rounds": lock.release_counts.lwt_rounds,
-                }
-        locker.close()
-        store.close()
-    else:
-        cluster, session, acquire, release = _naive_session()
-        for i in range(n + 20):
-            owner = uuid.uuid4().hex
-            t0 = time.perf_counter()
-            assert session.execute(acquire, (lock_id, owner)).was_applied
-            t1 = time.perf_counter()
-            session.execute(release, (lock_id, owner))
-            t2 = time.perf_counter()
-            if i >= 20:
-                total.append(t2 - t0)
-                acquire_times.append(t1 - t0)
-        extra = {"acquire_round_trips": 1, "acquire_lwt_rounds": 1, "release_round_trips": 1, "release_lwt_rounds": 1}
-        cluster.shutdown()
-    return {
-        "acquire_p50_ms": round(percentile(acquire_times, 50) * 1e3, 2),
-        "acquire_p99_ms": round(percentile(acquire_times, 99) * 1e3, 2),
-        "acquire_release_p50_ms": round(percentile(total, 50) * 1e3, 2),
-        **extra,
+    store = open_store(_store_url())
+    # One client per case, as a process of its own would be (what a client remembers of a lock is
+    # its own); "others" takes and releases the ids that the "used by others" client then takes.
+    # One global clock for all, as one process has: four would ask timesvc — and through it the
+    # ring — four times as often as one client does.
+    clock = _clock()
+    lockers = {case: _locker(store, clock) for case in CASES}
+    others = _locker(store, clock)
+    naive, naive_other = _Naive(), _Naive()
+    run_id = uuid.uuid4().hex[:8]
+    samples: dict[tuple[str, str], dict[str, list[float]]] = {
+        (kind, case): {"acquire": [], "total": [], "round_trips": [], "lwt_rounds": []}
+        for kind in ("naive", "chronolock")
+        for case in CASES
     }
+    load_start = os.getloadavg()[0]
+    try:
+        for i in range(n + 20):
+            for case in CASES:
+                if case == "re-take":
+                    lock_id = f"u-{run_id}-retake"
+                elif case == "first use":
+                    lock_id = f"u-{run_id}-new-{i}"
+                else:
+                    lock_id = f"u-{run_id}-used-{i}"
+                    others.get_lock(lock_id).release()
+                    naive_other.release(lock_id, naive_other.acquire(lock_id))
+                for kind in ("naive", "chronolock"):
+                    slot = samples[(kind, case)]
+                    t0 = time.perf_counter()
+                    if kind == "naive":
+                        owner = naive.acquire(lock_id)
+                        t1 = time.perf_counter()
+                        naive.release(lock_id, owner)
+                        trips, lwts = 1, 1
+                    else:
+                        lock = lockers[case].get_lock(lock_id)
+                        t1 = time.perf_counter()
+                        lock.release()
+                        trips, lwts = lock.round_trips, lock.lwt_rounds
+                    t2 = time.perf_counter()
+                    if i >= 20:
+                        slot["acquire"].append(t1 - t0)
+                        slot["total"].append(t2 - t0)
+                        slot["round_trips"].append(trips)
+                        slot["lwt_rounds"].append(lwts)
+    finally:
+        for locker in (*lockers.values(), others):
+            locker.close()
+        clock.close()
+        store.close()
+        naive.close()
+        naive_other.close()
+    out: dict[str, Any] = {
+        "acquisitions_per_case": n,
+        "loadavg_1m_at_start": round(load_start, 2),
+        "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+        "cases": {},
+    }
+    for (kind, case), slot in samples.items():
+        out["cases"].setdefault(case, {})[kind] = {
+            "acquire_p50_ms": round(percentile(slot["acquire"], 50) * 1e3, 2),
+            "acquire_p99_ms": round(percentile(slot["acquire"], 99) * 1e3, 2),
+            "acquire_release_p50_ms": round(percentile(slot["total"], 50) * 1e3, 2),
+            "acquire_round_trips": round(statistics.mean(slot["round_trips"]), 2),
+            "acquire_lwt_rounds": round(statistics.mean(slot["lwt_rounds"]), 2),
+        }
+    return out
 
 
 def _ring(*args: str) -> None:
@@ -300,53 +362,61 @@ def run(*, quick: bool = False) -> dict[str, Any] | None:
             service.wait_ready(timeout=60)
         os.environ["CHRONOLOCK_BENCH_TIMESVC_URLS"] = ",".join(s.url for s in services[:3])
         os.environ["CHRONOLOCK_BENCH_LEASEWATCH_URL"] = services[3].url
-        for kind in ("naive", "chronolock"):
-            data["uncontended"][kind] = _uncontended(kind, n)
-            print(f"[ring] uncontended {kind}: {data['uncontended'][kind]}", flush=True)
-        for kind in ("naive", "chronolock"):
-            data["contended"][kind] = _contended(kind, workdir, phase_s, faults)
-            print(f"[ring] contended {kind}: {data['contended'][kind]}", flush=True)
+        data["uncontended"] = _uncontended(n)
+        print(f"[ring] uncontended: {data['uncontended']}", flush=True)
+        if os.environ.get("CHRONOLOCK_BENCH_RING_PARTS", "all") != "uncontended":
+            for kind in ("naive", "chronolock"):
+                data["contended"][kind] = _contended(kind, workdir, phase_s, faults)
+                print(f"[ring] contended {kind}: {data['contended'][kind]}", flush=True)
     finally:
         for service in services:
             service.stop()
     data["machine"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     # One file per Paxos variant (CHRONOLOCK_BENCH_PAXOS names the ring's; v1 is 4.1's default).
-    write_results(f"ring-paxos-{os.environ.get('CHRONOLOCK_BENCH_PAXOS', 'v1')}", data, _markdown(data))
+    label = os.environ.get("CHRONOLOCK_BENCH_RING_LABEL", "")
+    write_results(
+        f"ring-paxos-{os.environ.get('CHRONOLOCK_BENCH_PAXOS', 'v1')}{'-' + label if label else ''}",
+        data,
+        _markdown(data),
+    )
     return data
 
 
 def _markdown(data: dict[str, Any]) -> str:
     unc = data["uncontended"]
-    rows = [
-        [
-            kind,
-            u["acquire_p50_ms"],
-            u["acquire_p99_ms"],
-            u["acquire_release_p50_ms"],
-            f"{u['acquire_round_trips']} ({u['acquire_lwt_rounds']})",
-            f"{u['release_round_trips']} ({u['release_lwt_rounds']})",
-        ]
-        for kind, u in unc.items()
-    ]
+    rows = []
+    for case, kinds in unc["cases"].items():
+        for kind, u in kinds.items():
+            ratio = u["acquire_p50_ms"] / kinds["naive"]["acquire_p50_ms"] if kind != "naive" else 1.0
+            rows.append(
+                [
+                    case,
+                    kind,
+                    u["acquire_p50_ms"],
+                    u["acquire_p99_ms"],
+                    f"{ratio:.2f}",
+                    u["acquire_release_p50_ms"],
+                    f"{u['acquire_round_trips']:g} ({u['acquire_lwt_rounds']:g})",
+                ]
+            )
     parts = [
         f"### On a Cassandra ring ({data['target']}, Paxos {data['paxos_variant']})",
         "",
-        "Uncontended, one process:",
+        f"Uncontended, one process, {unc['acquisitions_per_case']} acquisitions per case and lock, the cases "
+        f"interleaved (load average {unc['loadavg_1m_at_start']} at start, {unc['loadavg_1m_at_end']} at the end):",
         "",
         markdown_table(
             [
+                "case",
                 "lock",
                 "acquire p50 ms",
                 "acquire p99 ms",
+                "p50 ÷ naive",
                 "acquire+release p50 ms",
                 "acquire: round trips (LWT)",
-                "release: round trips (LWT)",
             ],
             rows,
         ),
-        "",
-        f"Ratio chronolock ÷ naive, acquire p50: "
-        f"{unc['chronolock']['acquire_p50_ms'] / unc['naive']['acquire_p50_ms']:.2f}",
         "",
         "Contended, P = 5 processes, no work inside the lock:",
         "",
@@ -371,6 +441,8 @@ def _markdown(data: dict[str, Any]) -> str:
             ["lock", "phase", "acq/s", "wait p50 ms", "wait max ms", "longest gap s", "longest run", "errors"],
             table,
         )
+        if table
+        else "(not run this time: CHRONOLOCK_BENCH_RING_PARTS=uncontended)"
     )
     m = data["machine"]
     parts += [

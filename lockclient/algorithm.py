@@ -187,6 +187,7 @@ def take(
     tries: int = 3,
     column: str = HOLDER_COLUMN,
     also_set: Mapping[str, str | None] | None = None,
+    found: dict[str, str | None] | None = None,
 ) -> HeldLease | str | None:
     """The compare-and-set that grants the lock and issues its fencing token, in one round:
     ``~holder`` absent and ``~fence`` = n  →  ``~holder`` = me (v1, token n+1), ``~fence`` = n+1.
@@ -200,7 +201,10 @@ def take(
     ``tries``: compare-and-sets at most (a stale ``fence`` is retried with the current one).
     ``column``: the holder column to take (a slot's, ``~holder:<k>``, for primitives with several
     holders: :mod:`lockclient.sharedqueue`); ``also_set``: cells of ``also_expect`` the grant
-    rewrites (a semaphore's limit, written by its first grant).
+    rewrites (a semaphore's limit, written by its first grant). ``found``: filled with the lock
+    row's cells as the last compare-and-set found them (its conditions' columns; when it applied,
+    the values it wrote) — a linearizable look at the row, which a speculative grant uses instead
+    of a plain read of its own (:mod:`lockclient.fairqueue`).
     """
     store = attempt.store
     for _ in range(tries):
@@ -245,6 +249,9 @@ def take(
             applied, current = _settle(services, attempt, record, exc, column)
             if not applied and not isinstance(exc, StoreUnavailable):
                 raise  # refused for good (invalid, unauthorized): nothing of ours is there
+        if found is not None:
+            found.clear()
+            found.update(current)
         if applied:
             held = HeldLease(
                 attempt.lock_id,

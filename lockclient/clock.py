@@ -98,9 +98,13 @@ on a monotonic clock that may itself be ρ slow; this clock's own monotonic cloc
 other way: 3ρ in all."""
 
 
-TIGHT_US = 20_000
-"""An interval wider than this (20 ms) when a ticket is taken is narrowed by a fresh answer
-first instead of being waited out."""
+TIGHT_US = 100_000
+"""An interval wider than this (100 ms) when a ticket is taken is narrowed by a fresh answer
+first instead of being waited out. Not narrower (it was 20 ms): on a loaded 3-node ring every
+``/now`` answer took 20–60 ms, so every ticket fetched one more on the acquisition's path — a
+round trip that did not even make the interval tight, and cost as much as the grant's Paxos
+round (issue 27). Only a contender that waits ever settles its ticket, and it waits for a
+holder anyway; an answer slower than this (a paused replica) is still not waited out."""
 
 SETTLE_LIMIT_S = 10.0
 """Safety bound of :meth:`Extrapolator.settle` (a ticket's wait is one round trip at most)."""

@@ -21,8 +21,9 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
    reads three queue cells at most (ours and the two ahead), so it costs the same in a
    queue of 2 or 200.
 
-So an uncontended acquisition costs one plain round trip and one Paxos round; a
-release costs one round trip (the holder record and the queue cell, together).
+So an uncontended acquisition costs one plain round trip and one Paxos round — overlapped
+into one round trip when the grant is sent with the enqueue (below); a release costs one round
+trip (the holder record and the queue cell, together).
 
 **A hand-over skips the look.** The first in line, woken by the release of the holder its
 last look saw (a datagram to the name of what it watches, or leasewatch's answer), sends
@@ -46,17 +47,54 @@ exactly this; with two cells the waiter behind the holder could not see such a c
 granted itself over it, again and again while the contender raced every hand-over
 (bench/peers, P = 5: one grant overtaken by 16 later tickets, 30 ms).
 
-**Re-taking a quiet lock: one round trip.** A process that took a lock without waiting and
-released it cleanly remembers the fencing counter it left and the watermark proposal it
-saw. Its next acquisition of that lock sends the grant's compare-and-set — conditional on
-both being unchanged, i.e. on nobody having taken the lock since — *together with* the
-enqueue and the first look. If the look finds nobody ahead, the grant stands: one round
-trip, one Paxos round, like the naive LWT lock. If it finds a cell ahead (a contender that
-enqueued meanwhile), the grant is given back before anybody was told of it — its fencing
-token is skipped, never used — and the acquisition queues like any other: FIFO is judged
-by the same look, and only mutual exclusion rests on the compare-and-set, as always. The
-guess costs a refused compare-and-set when someone else took the lock since; a refusal or
-any wait forgets the lock, so a contended lock is never guessed at twice in a row.
+**A speculative grant: one round trip for a re-take and for a first use.** The grant's
+compare-and-set may be sent *together with* the enqueue and the first look, on a guess of what
+the lock's row holds (issue 27):
+
+* a **re-take**: this process took the lock without waiting and released it cleanly; it guesses
+  the fencing counter it left and the watermark proposal it saw (nobody took the lock since);
+* a **first use**: a lock id this process never used; it guesses that the lock's row does not
+  exist — no holder, no fencing counter, no proposal (most ids a service locks, ``account:42``,
+  are taken once, or rarely, and a brand-new one has no row).
+
+The guess is only ever a condition: the compare-and-set applies iff nobody holds the lock, the
+fencing counter is as guessed (absent, for a first use) and so is the proposal — so it issues
+token n + 1 on exactly the counter n that is there, as any grant. If the look that overlapped it
+finds nobody ahead (and our ticket not below the proposal), the grant stands: one round trip, one
+Paxos round, like the naive LWT lock. If the look finds a cell ahead (a contender whose enqueue
+completed before our look began), the grant is given back before anybody was told of it — the
+holder record is deleted, its fencing token skipped and never used (tokens need only increase) —
+and the acquisition queues like any other. So:
+
+* *mutual exclusion and fencing* rest on the compare-and-set alone, as always: two speculative
+  first grants on a new id race on the same condition, and Paxos applies one (the other is refused
+  and reads the winner as holder);
+* *FIFO* is judged by the same overlapped look as a grant that follows it would be (see below),
+  and a speculative grant is kept only on *that* look's answer — never on a look sent later (one
+  that had to be re-sent after a cut-off gives the grant back first: a later look may no longer
+  see a cell that was ahead of us when the grant applied);
+* an *unknown outcome* of the speculative compare-and-set (a timeout, 0x1700) is settled as any
+  grant's (:func:`lockclient.algorithm.take`): the store re-reads at SERIAL within the caller's
+  deadline, and a grant found applied is kept or given back by the look like one answered at
+  once. If it cannot be settled before the deadline (or the caller cancels), the acquisition fails
+  and a background task keeps ending the record *if it is ours* (``_release_if_ours``, for
+  3 leases); a record it cannot reach is not renewed by anybody, and leasewatch revokes it after
+  ``lease + grace`` (that long the lock is unavailable; no holder is ever told of it, so exclusion
+  is untouched). A speculative grant is never left to a keeper: only one that stands is added;
+* the lease row is not read beside a speculative grant: its compare-and-set answers with the cells
+  a look needs (holder, fencing counter, proposal), read by its Paxos round after our look was
+  sent — one request less on the ring than a plain read beside it. A refused guess therefore
+  costs a Paxos round *in parallel with the look* and no extra read; when the lock turns out to
+  be free (a first use of an id others used before), the normal grant follows with the counter
+  the refusal returned: two Paxos rounds, one after the other, where the plain path has a plain
+  read and then one.
+
+So a wrong guess costs a round trip more than not guessing, and a Paxos round on a row others may
+be using. Hence the guesses are rationed: a refusal or any wait forgets a re-take (a contended
+lock is never guessed at twice in a row); a lock id is guessed new only on this process's first
+use of it, and only while at least half of the recent first-use guesses here were right
+(:class:`_FirstUse`: a fleet sharing ids stops guessing after a few refusals, and probes again
+every 16th first use).
 
 **Why the first look may overlap the enqueue** (issue 14: on a 3-node ring the sequential
 look made an uncontended acquire 2.7× the naive LWT lock's). What the look decides needs
@@ -85,7 +123,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -139,6 +177,17 @@ class FairQueue:
     def __init__(self, services: Services) -> None:
         self.s = services
         self._quiet = _QuietLocks()
+        self._first_use = _FirstUse()
+
+    def _guess(self, lock_id: str) -> _Quiet | None:
+        """What the grant sent with the enqueue may expect of the lock's row, or None to send none:
+        the row as this process left it after a quiet hold (a re-take), or — for a lock id this
+        process never used — no row at all, while such guesses mostly come true here."""
+        quiet = self._quiet.pop(lock_id)
+        fresh = self._first_use.first(lock_id)
+        if quiet is None and fresh and self._first_use.worth_guessing():
+            return _Quiet(None, None, first_use=True)
+        return quiet
 
     # -- acquire --------------------------------------------------------------------------
 
@@ -147,7 +196,7 @@ class FairQueue:
         if not attempt.blocking and self._busy(attempt):
             return None  # listing 7, line 1: held or awaited; do not even enqueue
         while True:
-            waiter, first_look = self._enqueue(attempt, self._quiet.pop(attempt.lock_id))
+            waiter, first_look = self._enqueue(attempt, self._guess(attempt.lock_id))
             try:
                 turn = self._wait_turn(attempt, waiter, first_look)
             except BaseException:
@@ -190,13 +239,13 @@ class FairQueue:
         )
         stamp = self.s.timestamps.next(now)
         start = self.s.watermarks.start(lock_id, waiter.ticket)
-        ops: list[Op] = [
+        enqueue: list[Op] = [
             Put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, stamp),
             # Every time, not only the first: leasewatch drops idle ids from the index,
             # and a re-listing must never depend on this process remembering it.
             Put(Table.INDEX, index_shard(lock_id), lock_id, "", stamp),
-            *self._look_ops(lock_id, start, waiter.ticket),
         ]
+        ops = [*enqueue, *self._look_ops(lock_id, start, waiter.ticket)]
         speculative: HeldLease | None = None
         try:
             if quiet is None:
@@ -204,10 +253,15 @@ class FairQueue:
                 _, _, mine_and_before, row = answers
             else:
                 looked_at = self.s.monotonic()
-                pending = store.begin(ops)
-                speculative = self._speculate(attempt, waiter, quiet)
+                # The lease row is not read: the speculative grant's compare-and-set answers with
+                # the cells the look needs (holder, fencing counter, watermark proposal), read by
+                # its Paxos round — as fresh as a plain read sent with it, and one request less
+                # for the ring (on a 2-core ring each request sent beside the grant slowed it).
+                pending = store.begin([*enqueue, self._look_ops(lock_id, start, waiter.ticket)[0]])
+                speculative, found = self._speculate(attempt, waiter, quiet)
+                row = {name: value for name, value in found.items() if value is not None}
                 try:
-                    _, _, mine_and_before, row = pending.wait()
+                    _, _, mine_and_before = pending.wait()
                 except StoreUnavailable:
                     # The look that overlapped the speculative grant never answered, and only that
                     # look may decide it: one sent later may no longer see a cell that was ahead of
@@ -219,6 +273,10 @@ class FairQueue:
                         speculative = None
                     answers, looked_at = self._stamped(attempt, partial(store.execute_all, ops))
                     _, _, mine_and_before, row = answers
+                else:
+                    if speculative is None and not found:
+                        # The guess could not be settled into an answer: read the row like any look.
+                        row, looked_at = self._stamped(attempt, partial(store.read_versioned, lock_id, serial=False))
         except BaseException:
             if speculative is not None:
                 self._give_back(store, speculative)
@@ -230,14 +288,28 @@ class FairQueue:
         # granted: see _look_and_wait.
         return waiter, _Look(mine_and_before, row, looked_at, overlapped=True, unsettled=now, speculative=speculative)
 
-    def _speculate(self, attempt: Acquisition, waiter: WaiterLease, quiet: _Quiet) -> HeldLease | None:
+    def _speculate(
+        self, attempt: Acquisition, waiter: WaiterLease, quiet: _Quiet
+    ) -> tuple[HeldLease | None, dict[str, str | None]]:
         """The grant, sent with the enqueue on the guess that the lock is as quiet as we left it
-        (see the module's docstring): one compare-and-set, conditional on the fencing counter we
-        left and the watermark proposal we saw. Not applied: somebody used the lock since."""
+        — or, first use, that its row does not exist (see the module's docstring): one
+        compare-and-set, conditional on nobody holding, the fencing counter we left (absent) and
+        the watermark proposal we saw (absent). Not applied: somebody used the lock since. Also
+        returns the row's cells as the compare-and-set found them (empty if it found nothing)."""
+        found: dict[str, str | None] = {}
         taken = take(
-            self.s, attempt, waiter.owner, waiter.ticket, quiet.fence, also_expect={PROPOSED: quiet.proposal}, tries=1
+            self.s,
+            attempt,
+            waiter.owner,
+            waiter.ticket,
+            quiet.fence,
+            also_expect={PROPOSED: quiet.proposal},
+            tries=1,
+            found=found,
         )
-        return taken if isinstance(taken, HeldLease) else None
+        if quiet.first_use:
+            self._first_use.guessed(right=isinstance(taken, HeldLease) or found.get(FENCE_COLUMN) is None)
+        return (taken if isinstance(taken, HeldLease) else None), found
 
     def _give_back(self, store: CellStore, held: HeldLease) -> None:
         """Undo a speculative grant nobody was told about: delete the holder record (keeping the
@@ -499,12 +571,67 @@ class _HandOver:
 
 @dataclass(frozen=True, slots=True)
 class _Quiet:
-    """How this process left a lock it took without waiting and released cleanly."""
+    """How this process left a lock it took without waiting and released cleanly — or, for a
+    lock id it never used, the guess that the lock's row does not exist (both None)."""
 
-    fence: str
+    fence: str | None
     """The fencing counter after our grant (unchanged since, if nobody took the lock)."""
     proposal: str | None
     """The watermark proposal our look read."""
+    first_use: bool = False
+    """A guess about a lock id this process never used (counted by :class:`_FirstUse`)."""
+
+
+class _FirstUse:
+    """Which lock ids this process used, and whether guessing that a new one's row does not exist
+    pays here.
+
+    A guess costs nothing when right (the grant rides with the enqueue: one round trip instead of
+    two) and a refused compare-and-set when wrong — a Paxos round beside the look, on a lock row
+    other contenders may be using, and a round trip more than the plain path when the lock is
+    free (the grant then follows the look). Where the ids a process locks were mostly used by
+    other processes before (a fleet of workers sharing ``account:<n>``), the guess is mostly
+    wrong: so it is made while at least half of the last :data:`WINDOW` guesses were right (and
+    always for the first :data:`FIRST`), otherwise only every :data:`PROBE_EVERY`-th first use, to
+    notice when that changes.
+
+    The ids are remembered in a bounded LRU (:data:`LIMIT`): an id forgotten is guessed at again,
+    which costs at most one refused compare-and-set."""
+
+    LIMIT = 8192
+    WINDOW = 32
+    FIRST = 4
+    """Guesses always made before the window judges (a refusal or two proves nothing)."""
+    PROBE_EVERY = 16
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._used: OrderedDict[str, None] = OrderedDict()
+        self._outcomes: deque[bool] = deque(maxlen=self.WINDOW)
+        self._skipped = 0
+
+    def first(self, lock_id: str) -> bool:
+        """Whether this is the process's first use of ``lock_id`` (now remembered as used)."""
+        with self._lock:
+            if lock_id in self._used:
+                self._used.move_to_end(lock_id)
+                return False
+            self._used[lock_id] = None
+            while len(self._used) > self.LIMIT:
+                self._used.popitem(last=False)
+            return True
+
+    def worth_guessing(self) -> bool:
+        with self._lock:
+            right = sum(self._outcomes)
+            if len(self._outcomes) < self.FIRST or 2 * right >= len(self._outcomes):
+                return True
+            self._skipped += 1
+            return self._skipped % self.PROBE_EVERY == 0
+
+    def guessed(self, *, right: bool) -> None:
+        with self._lock:
+            self._outcomes.append(right)
 
 
 class _QuietLocks:

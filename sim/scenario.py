@@ -55,6 +55,10 @@ class Config:
     workers: int = 2
     """Concurrent get_lock loops per client process."""
     locks: int = 3
+    fresh_every: float = 0.0
+    """Every this many seconds (of virtual time) the lock ids move on to new ones, ``L<i>g<n>``, which
+    no process used before: every client's next acquisition of each is a first use, racing the
+    others' (issue 27: a first use sends its grant with the enqueue). 0: the ids stay ``L<i>``."""
     hosts: int = 2
     timesvc: int = 3
     """timesvc replicas (0: clients take global time from the store, as embedded use does)."""
@@ -474,6 +478,8 @@ class Client:
         rt, rng = process.runtime, process.rng
         locker = self.locker
         lock_id = f"L{rng.randrange(c.locks)}"
+        if c.fresh_every > 0:
+            lock_id += f"g{int(sim.world.now / (c.fresh_every * NS))}"
         op = sim.next_op()
         trying = rng.random() < 0.15
         timeout = None if trying else rng.choice((1.0, 5.0, 30.0, 30.0, 60.0))

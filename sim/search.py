@@ -82,8 +82,11 @@ def config_for_seed(seed: int, profile: Profile) -> Config:
         # Drawn apart from the rest, so that a lock-only profile's seeds stay what they were.
         extra = random.Random(f"{seed}/primitives")
         base = replace(base, limit=extra.choice((1, 2, 3)), period=extra.choice((0.5, 1.0, 2.0)))
+    # Drawn apart too: half the seeds move their lock ids on now and then (first uses racing).
+    fresh = random.Random(f"{seed}/fresh").choice((0.0, 0.0, 1.0, 3.0, 10.0))
     return replace(
         base,
+        fresh_every=fresh,
         quiet=max(base.quiet, 4 * lease),
         clients=rng.randint(2, 6),
         workers=rng.randint(1, 3),

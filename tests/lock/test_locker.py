@@ -461,14 +461,18 @@ def test_a_waiter_whose_watch_is_taken_looks_again_instead_of_long_polling(
 
 def counting_looks(store: CellStore, lock_id: str, *, times: int) -> tuple[FaultyStore, threading.Semaphore]:
     """``store`` wrapped so that the returned semaphore is released at the end of each of the next
-    ``times`` looks at ``lock_id`` (a look ends with its plain read of the lock's lease row)."""
+    ``times`` looks at ``lock_id``. A look ends with its plain read of the lock's lease row — except
+    the enqueue's look of a process's first use of the lock, which sends a speculative grant instead
+    (issue 27) and takes the row from its answer: that look ends with the grant's compare-and-set,
+    the first one of the wrapped store."""
     faulty = FaultyStore(store)
     looked = threading.Semaphore(0)
+    faulty.arm("compare_and_set", after=lambda *a, **k: looked.release(), when=lambda row, *a, **k: row == lock_id)
     faulty.arm(
         "read_versioned",
         after=lambda *a, **k: looked.release(),
         when=lambda row, **k: row == lock_id and k.get("serial") is False,
-        times=times,
+        times=times - 1,
     )
     return faulty, looked
 

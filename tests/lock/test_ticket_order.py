@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockclient import RemoteLock, RemoteLocker, open_store
-from lockclient.clock import DRIFT, Extrapolator
+from lockclient.clock import DRIFT, TIGHT_US, Extrapolator
 from lockclient.lockid import ticket_time
 from lockclient.store import Table
 from tests.support.waiting import wait_until
@@ -93,7 +93,7 @@ def test_a_settled_ticket_lies_inside_the_call(schedule: list[tuple[int, int, fl
         # What it costs: never more than one round trip (widened by the drift: 2 · DRIFT per
         # second of the round trip and of the sample's age, at most max_age = 1 s), and no more
         # than the interval's tight width unless the fresh answer itself was slow.
-        assert waited <= max(rtt / 1e6, 0.02) * (1 + 3 * DRIFT) + 2 * DRIFT * 1.0 + 1e-4
+        assert waited <= max(rtt / 1e6, TIGHT_US / 1e6) * (1 + 3 * DRIFT) + 2 * DRIFT * 1.0 + 1e-4
 
 
 def test_the_lower_end_alone_is_not_linearizable() -> None:

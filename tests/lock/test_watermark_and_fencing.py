@@ -250,12 +250,87 @@ def test_a_grant_from_an_overlapped_look_still_completes_the_watermark_handshake
         lock.release()
 
 
-def test_an_uncontended_acquisition_is_one_plain_round_trip_and_one_paxos_round(store: CellStore) -> None:
-    """Issue 14's critical path: the enqueue and the first look overlap, then the grant."""
+def test_a_first_use_is_one_round_trip_and_one_paxos_round(store: CellStore) -> None:
+    """Issue 27: a lock id this process never used is guessed to have no row at all — the grant,
+    conditional on that, rides with the enqueue and the look, as a re-take's does."""
     with RemoteLocker(store, lease=5) as locker:
-        lock = locker.get_lock("short-path")
-        assert (lock.round_trips, lock.lwt_rounds) == (2, 1), lock.store_op_counts
+        lock = locker.get_lock("brand-new")
+        assert (lock.round_trips, lock.lwt_rounds) == (1, 1), lock.store_op_counts
+        assert lock.fencing_token == 1 and not lock.waited
+        assert "read_versioned" not in lock.store_op_counts, "the grant's answer is the look's lease row"
         lock.release()
+
+
+def test_first_uses_of_ids_others_used_are_refused_guesses_until_the_process_stops_guessing(
+    store: CellStore, sqlite_url: str
+) -> None:
+    """Issue 27: on an id another client used before, the guess "no row" is refused (a Paxos round
+    beside the look) and the normal grant follows with the counter the refusal returned. Where that
+    keeps happening the process stops guessing — an uncontended acquisition is then the plain path,
+    one plain round trip and one Paxos round — and probes again every 16th first use."""
+    from lockclient.fairqueue import _FirstUse
+
+    with RemoteLocker(store, lease=5) as mine, RemoteLocker(open_store(sqlite_url), lease=5, owns_store=True) as other:
+        ids = [f"shared-{i}" for i in range(_FirstUse.FIRST + _FirstUse.PROBE_EVERY)]
+        for lock_id in ids:
+            other.get_lock(lock_id).release()
+        rounds = []
+        for lock_id in ids:
+            lock = mine.get_lock(lock_id)
+            assert lock.fencing_token == 2 and not lock.waited
+            rounds.append((lock.round_trips, lock.lwt_rounds))
+            lock.release()
+        guessed, refused = (2, 2), (2, 1)
+        assert rounds[: _FirstUse.FIRST] == [guessed] * _FirstUse.FIRST, rounds
+        probes = [i for i, r in enumerate(rounds) if r == guessed and i >= _FirstUse.FIRST]
+        assert len(probes) == 1 and rounds.count(refused) == _FirstUse.PROBE_EVERY - 1, rounds
+        # A lock this process did use is no first use: quiet, it is a re-take (one round trip).
+        again = mine.get_lock(ids[0])
+        assert (again.round_trips, again.lwt_rounds) == (1, 1) and again.fencing_token == 3
+        again.release()
+
+
+def test_two_first_uses_of_one_new_id_are_granted_one_after_the_other(store: CellStore, sqlite_url: str) -> None:
+    """Both guess that the row does not exist; the compare-and-set grants one of them. The other's
+    guess is refused by the holder it finds, and it waits its turn: tokens 1 then 2."""
+    with RemoteLocker(store, lease=5) as a, RemoteLocker(open_store(sqlite_url), lease=5, owns_store=True) as b:
+        first = a.get_lock("both-new")
+        granted: list[RemoteLock] = []
+        t = threading.Thread(target=lambda: granted.append(b.get_lock("both-new", timeout=30)))
+        t.start()
+        try:
+            wait_until(lambda: len(a.status("both-new").queue) == 2, "the second first use to queue")
+            assert not granted
+        finally:
+            first.release()
+            t.join(30)
+        assert first.fencing_token == 1 and granted and granted[0].fencing_token == 2 and granted[0].waited
+        granted[0].release()
+
+
+def test_a_first_use_that_finds_a_cell_ahead_gives_its_grant_back(store: CellStore) -> None:
+    """A first use's grant applies on a new id (no row: the guess holds), but the look beside it
+    finds a contender's queue cell ahead: the grant is given back before anyone saw it (token 1 is
+    skipped, never used) and the acquisition waits for that contender (FIFO)."""
+    from lockclient.lease import WaiterRecord
+
+    with RemoteLocker(store, lease=30) as locker:
+        early = make_ticket(1, "zz-early-contender")
+        store.put(Table.QUEUE, "new-behind", early, WaiterRecord("zz-early-contender", 1, 30).encode(), timestamp=1)
+        granted: list[RemoteLock] = []
+        t = threading.Thread(target=lambda: granted.append(locker.get_lock("new-behind", timeout=30)))
+        t.start()
+        try:
+            wait_until(
+                lambda: (s := locker.status("new-behind")).fencing_token == 1 and not s.holders and len(s.queue) == 2,
+                "the speculative first grant to be given back",
+            )
+            assert not granted, "granted past a queue cell written before it looked"
+        finally:
+            store.delete(Table.QUEUE, "new-behind", early, timestamp=2**53)
+            t.join(30)
+        assert granted and granted[0].fencing_token == 2 and granted[0].waited
+        granted[0].release()
 
 
 def test_retaking_a_quiet_lock_is_one_round_trip(store: CellStore) -> None:
