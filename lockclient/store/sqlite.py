@@ -261,13 +261,17 @@ class SQLiteStore(CellStore):
             conn = sqlite3.connect(
                 self._path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
             )
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            # NORMAL is durable across process crashes in WAL mode (only an OS crash
-            # can lose the last transactions) — the failure model of a lock service.
-            conn.execute("PRAGMA synchronous = NORMAL")
-            # Without a limit the log file keeps the size of its largest burst forever.
-            conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+                self._wal(conn)
+                # NORMAL is durable across process crashes in WAL mode (only an OS crash
+                # can lose the last transactions) — the failure model of a lock service.
+                conn.execute("PRAGMA synchronous = NORMAL")
+                # Without a limit the log file keeps the size of its largest burst forever.
+                conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+            except BaseException:
+                conn.close()
+                raise
             self._local.conn = conn
             self._local.in_use = threading.RLock()
             with self._connections_lock:
@@ -276,6 +280,29 @@ class SQLiteStore(CellStore):
                     raise StoreError(f"the SQLite store {self._path!r} is closed")
                 self._connections.append((conn, self._local.in_use))
         return conn, self._local.in_use
+
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """Put the file in WAL mode, waiting up to ``busy_timeout`` for other processes.
+
+        Switching a file to WAL takes an exclusive lock, and SQLite may answer "database is
+        locked" at once — without waiting in the busy handler — while another process is
+        opening or creating the same file. Under load that failed a ``lockctl run`` started
+        beside another on a fresh store (exit 69, "unavailable"), and a test worker; so the
+        switch is retried for as long as any other statement would wait. A file already in WAL
+        mode answers without any lock."""
+        deadline = time.monotonic() + self._busy_timeout
+        pause = 0.002
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
+                    raise
+                if time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:

@@ -188,3 +188,48 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
+
+
+class _LockedAtFirst:
+    """A connection whose WAL switch answers "database is locked" ``times`` times, as SQLite may
+    — at once, without the busy handler — while another process opens or creates the same file."""
+
+    def __init__(self, real: sqlite3.Connection, times: int, message: str = "database is locked") -> None:
+        self.real, self.times, self.message, self.tries = real, times, message, 0
+
+    def execute(self, sql: str) -> sqlite3.Cursor:
+        if sql.startswith("PRAGMA journal_mode"):
+            self.tries += 1
+            if self.tries <= self.times:
+                raise sqlite3.OperationalError(self.message)
+        return self.real.execute(sql)
+
+
+def test_the_wal_switch_waits_out_another_process_opening_the_file(db: str) -> None:
+    """A lockctl started beside another on a fresh store exited 69 ("unavailable") under load: the
+    switch to WAL was refused at once. It is retried for as long as ``busy_timeout`` allows."""
+    store = SQLiteStore(db, busy_timeout=5.0)
+    real = sqlite3.connect(db, isolation_level=None)
+    try:
+        patient = _LockedAtFirst(real, times=3)
+        store._wal(patient)  # type: ignore[arg-type]
+        assert patient.tries == 4
+        assert real.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+            store._wal(_LockedAtFirst(real, times=1, message="disk I/O error"))  # type: ignore[arg-type]
+    finally:
+        real.close()
+        store.close()
+
+
+def test_the_wal_switch_gives_up_after_busy_timeout(db: str) -> None:
+    store = SQLiteStore(db, busy_timeout=0.05)
+    real = sqlite3.connect(db, isolation_level=None)
+    try:
+        stubborn = _LockedAtFirst(real, times=10**6)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            store._wal(stubborn)  # type: ignore[arg-type]
+        assert stubborn.tries < 100, "it backs off between tries"
+    finally:
+        real.close()
+        store.close()
