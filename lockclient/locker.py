@@ -552,9 +552,14 @@ class RemoteLocker:
         from lockclient.runtime.aio import AsyncioRuntime, run_in_greenlet
 
         runtime = AsyncioRuntime.current()
+        deadline = None if timeout is None else runtime.monotonic() + timeout
+        # A burst of calls (a thousand tasks started together) comes onto the loop in slices:
+        # each waits here, a future, until its turn (lockclient.runtime.aio, _Pacer) — and never
+        # past its deadline, having done nothing that needs undoing.
+        if not await runtime.pacer.admit(deadline):
+            raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
         cancel = runtime.event()
         abandoned = False
-        deadline = None if timeout is None else runtime.monotonic() + timeout
 
         def acquire() -> RemoteLock | None:
             return self._acquire(
@@ -574,14 +579,22 @@ class RemoteLocker:
                 lock = task.result()
                 if lock is not None:
                     # Granted, but the caller is gone: nobody else will ever release it.
-                    runtime.executor.submit(lock.release)
+                    runtime.submit_blocking(lock.release)
 
         async def acquisition() -> RemoteLock | None:
             try:
-                return await run_in_greenlet(acquire, on_cancel=cancel.set)
+                return await run_in_greenlet(acquire, on_cancel=cancel.set, admitted=True)
             except (LockCancelled, LockTimeout):
                 if abandoned:
                     return None  # its clean-up is done, and nobody awaits the outcome any more
+                raise
+            except Exception as exc:
+                if abandoned:
+                    # Nobody awaits it any more (the caller has had its LockTimeout or was
+                    # cancelled): an error of its clean-up (the store closed meanwhile) is logged,
+                    # never left to asyncio as an unretrieved task exception.
+                    log.warning("abandoned_acquisition_failed", lock_id=lock_id, error=repr(exc))
+                    return None
                 raise
 
         # The acquisition runs as a task of its own, shielded from the caller's cancellation: it
