@@ -78,6 +78,9 @@ SLICE_S = 0.002
 """At most about this much greenlet work per loop iteration (:class:`_Pacer`): what chronolock
 adds to the loop's lag for other work when a thousand acquisitions want the loop at once."""
 
+MAX_SLICE_S = 0.05
+"""The longest slice, however slow the loop's other work (see :class:`_Pacer`)."""
+
 FIRST_STEP_COST_S = 0.0003
 """What a greenlet step is taken to cost before any was measured (an enqueue, on this machine)."""
 
@@ -187,7 +190,13 @@ class _Pacer:
     was already ready — timers, I/O, other tasks) a new slice starts and lets through as many
     waiting steps as fit in it, judged by what steps have been costing lately (measured, so a
     slower or busier machine lets fewer through). A waiting step costs the loop a future, not a
-    poll. ``clock``: for tests (a step "costs" what this clock says it took)."""
+    poll. ``clock``: for tests (a step "costs" what this clock says it took).
+
+    A slice is ``slice_s`` or as long as the loop's other work took since the last one, whichever
+    is longer: on a loop whose other work is slow (a synchronous call in the application's own
+    code), chronolock's steps still get half of it and their line never grows without end — with
+    a fixed slice per iteration, 775 waiters' looks outran it and a new ``aget_lock`` waited more
+    than 60 s for its turn."""
 
     def __init__(
         self,
@@ -202,8 +211,9 @@ class _Pacer:
         self._step_cost = FIRST_STEP_COST_S
         self._waiting: deque[asyncio.Future[bool]] = deque()
         self._slice_due = False
-        self.slices = 0
-        """How many slices have been started (a test's measure of interleaving)."""
+        self._slice_started = clock()
+        self._spent = 0.0
+        """Measured step time since the slice started (the rest of the interval is other work)."""
 
     def may_run(self) -> bool:
         return not self._waiting and self._used < self.slice_s
@@ -236,6 +246,7 @@ class _Pacer:
     def spent(self, seconds: float) -> None:
         """A step ran for ``seconds`` (by :attr:`clock`, which run_in_greenlet passes on)."""
         self._used += seconds
+        self._spent += seconds
         # A decaying peak, not an average: steps differ (an enqueue or a withdrawal costs ten
         # times a wake-up that waits again), and letting through a slice's worth of cheap ones
         # that turn out dear is what made the loop late (a hundred at once: 280 ms).
@@ -250,12 +261,17 @@ class _Pacer:
     def _next_slice(self) -> None:
         self._slice_due = False
         self._used = 0.0
-        self.slices += 1
+        now = self.clock()
+        other_work = now - self._slice_started - self._spent
+        self._slice_started, self._spent = now, 0.0
         if not self._waiting:
             return
         # The steps let through now run in the next iteration, before the next slice starts: the
         # callback below is scheduled after their wake-ups, so it runs after them.
-        room = max(1, int(self.slice_s / max(self._step_cost, 1e-6)))
+        # (Capped: what a step costs the loop beyond its measured switch — waking its task — counts
+        # as other work, and must not feed the next slice without end.)
+        budget = min(max(self.slice_s, other_work), MAX_SLICE_S)
+        room = max(1, int(budget / max(self._step_cost, 1e-6)))
         waiting = self._waiting
         while waiting and room > 0:
             waiter = waiting.popleft()
