@@ -142,18 +142,20 @@ async def run_in_greenlet(
     bridge = _Bridge(fn, parent=getcurrent())
     resume: Callable[[], Any] = bridge.switch
     while True:
-        if admitted:
-            admitted = False
-        elif not pacer.may_run():
-            try:
-                await pacer.turn()
-            except asyncio.CancelledError as exc:
-                # Cancelled while waiting for its turn: what the greenlet is owed (a wait's or a
-                # store call's outcome) is at hand; the cancellation reaches it as during a wait.
-                if on_cancel is None:
-                    resume = partial(bridge.throw, exc)
-                else:
-                    on_cancel()
+        cancelled: BaseException | None = None
+        if not admitted and not pacer.may_run():
+            cancelled = await _wait_for(pacer.turn())
+        admitted = False
+        # Let through with others, but the slice is spent already: first in line for the next.
+        while cancelled is None and pacer.spent_out():
+            cancelled = await _wait_for(pacer.turn(first=True))
+        if cancelled is not None:
+            # Cancelled while waiting for its turn: what the greenlet is owed (a wait's or a store
+            # call's outcome) is at hand; the cancellation reaches it as during a wait.
+            if on_cancel is None:
+                resume = partial(bridge.throw, cancelled)
+            else:
+                on_cancel()
         started = pacer.clock()
         try:
             request = resume()
@@ -181,6 +183,15 @@ async def run_in_greenlet(
             resume = partial(bridge.switch, value)
 
 
+async def _wait_for(turn: asyncio.Future[bool]) -> BaseException | None:
+    """Wait for a turn; the cancellation that came instead, if one did."""
+    try:
+        await turn
+    except asyncio.CancelledError as exc:
+        return exc
+    return None
+
+
 class _Pacer:
     """Keeps one loop's greenlet steps from hogging it: about ``slice_s`` of them per iteration.
 
@@ -192,11 +203,16 @@ class _Pacer:
     slower or busier machine lets fewer through). A waiting step costs the loop a future, not a
     poll. ``clock``: for tests (a step "costs" what this clock says it took).
 
+    How many to let through is judged by the steps' average cost; a step let through that finds
+    the slice spent twice over (dearer steps than the average) waits again, first in line for the
+    next slice — so a slice never runs much over, and the average keeps the line moving: judged
+    by the dearest recent step instead, a loaded machine (every step sometimes descheduled)
+    let so few through that 750 waiters' looks outran the slices and a new ``aget_lock`` waited
+    more than 60 s for its turn.
+
     A slice is ``slice_s`` or as long as the loop's other work took since the last one, whichever
-    is longer: on a loop whose other work is slow (a synchronous call in the application's own
-    code), chronolock's steps still get half of it and their line never grows without end — with
-    a fixed slice per iteration, 775 waiters' looks outran it and a new ``aget_lock`` waited more
-    than 60 s for its turn."""
+    is longer (at most ``MAX_SLICE_S``): on a loop whose other work is slow (a synchronous call in
+    the application's own code), chronolock's steps still get half of it."""
 
     def __init__(
         self,
@@ -211,6 +227,7 @@ class _Pacer:
         self._step_cost = FIRST_STEP_COST_S
         self._waiting: deque[asyncio.Future[bool]] = deque()
         self._slice_due = False
+        self._budget = slice_s
         self._slice_started = clock()
         self._spent = 0.0
         """Measured step time since the slice started (the rest of the interval is other work)."""
@@ -218,10 +235,18 @@ class _Pacer:
     def may_run(self) -> bool:
         return not self._waiting and self._used < self.slice_s
 
-    def turn(self) -> asyncio.Future[bool]:
-        """Resolved (True) when it is this step's turn (FIFO). Cancelling it gives the turn up."""
+    def spent_out(self) -> bool:
+        """This slice has run twice its length: a step let through should wait for the next."""
+        return self._used >= 2 * self._budget
+
+    def turn(self, *, first: bool = False) -> asyncio.Future[bool]:
+        """Resolved (True) when it is this step's turn (FIFO; ``first``: ahead of everyone, for a
+        step that had its turn but found the slice spent). Cancelling it gives the turn up."""
         waiter: asyncio.Future[bool] = self._loop.create_future()
-        self._waiting.append(waiter)
+        if first:
+            self._waiting.appendleft(waiter)
+        else:
+            self._waiting.append(waiter)
         self._due()
         return waiter
 
@@ -247,10 +272,7 @@ class _Pacer:
         """A step ran for ``seconds`` (by :attr:`clock`, which run_in_greenlet passes on)."""
         self._used += seconds
         self._spent += seconds
-        # A decaying peak, not an average: steps differ (an enqueue or a withdrawal costs ten
-        # times a wake-up that waits again), and letting through a slice's worth of cheap ones
-        # that turn out dear is what made the loop late (a hundred at once: 280 ms).
-        self._step_cost = max(seconds, self._step_cost * 0.9)
+        self._step_cost += (seconds - self._step_cost) * 0.1
         self._due()
 
     def _due(self) -> None:
@@ -264,13 +286,13 @@ class _Pacer:
         now = self.clock()
         other_work = now - self._slice_started - self._spent
         self._slice_started, self._spent = now, 0.0
+        # (Capped: what a step costs the loop beyond its measured switch — waking its task — counts
+        # as other work, and must not feed the next slice without end.)
+        budget = self._budget = min(max(self.slice_s, other_work), MAX_SLICE_S)
         if not self._waiting:
             return
         # The steps let through now run in the next iteration, before the next slice starts: the
         # callback below is scheduled after their wake-ups, so it runs after them.
-        # (Capped: what a step costs the loop beyond its measured switch — waking its task — counts
-        # as other work, and must not feed the next slice without end.)
-        budget = min(max(self.slice_s, other_work), MAX_SLICE_S)
         room = max(1, int(budget / max(self._step_cost, 1e-6)))
         waiting = self._waiting
         while waiting and room > 0:
@@ -278,7 +300,8 @@ class _Pacer:
             if not waiter.done():  # else cancelled, or its deadline passed, while waiting
                 waiter.set_result(True)
                 room -= 1
-        self._used = self.slice_s  # this iteration's room is given; newcomers queue behind
+        # This iteration's room is given: newcomers queue behind (may_run is False while anyone
+        # waits, and the steps let through count what they spend against spent_out).
         self._due()
 
 
