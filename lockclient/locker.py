@@ -549,7 +549,7 @@ class RemoteLocker:
     ) -> RemoteLock | None:
         import asyncio
 
-        from lockclient.runtime.aio import AsyncioRuntime, run_in_greenlet
+        from lockclient.runtime.aio import AsyncioRuntime, Progress, run_in_greenlet
 
         runtime = AsyncioRuntime.current()
         deadline = None if timeout is None else runtime.monotonic() + timeout
@@ -560,6 +560,7 @@ class RemoteLocker:
             raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
         cancel = runtime.event()
         abandoned = False
+        progress = Progress()
 
         def acquire() -> RemoteLock | None:
             return self._acquire(
@@ -583,7 +584,7 @@ class RemoteLocker:
 
         async def acquisition() -> RemoteLock | None:
             try:
-                return await run_in_greenlet(acquire, on_cancel=cancel.set, admitted=True)
+                return await run_in_greenlet(acquire, on_cancel=cancel.set, admitted=True, progress=progress)
             except (LockCancelled, LockTimeout):
                 if abandoned:
                     return None  # its clean-up is done, and nobody awaits the outcome any more
@@ -610,7 +611,13 @@ class RemoteLocker:
             # late in issue 25. So the caller gets its LockTimeout TIMEOUT_GRACE_S after the
             # deadline at the latest; the acquisition is then told to stop, finishes its
             # clean-up in the background, and a grant that lands after all is released.
-            await asyncio.wait([task], timeout=max(0.0, deadline - runtime.monotonic()) + TIMEOUT_GRACE_S)
+            # An acquisition that merely waits at its deadline (no store call of its own under way)
+            # has nothing that could still grant it the lock: LockTimeout now, its clean-up in the
+            # background — not after it had its turn on the loop (lockclient.runtime.aio, _Pacer)
+            # behind a thousand others whose deadlines fell at the same moment.
+            await asyncio.wait([task], timeout=max(0.0, deadline - runtime.monotonic()))
+            if not task.done() and progress.in_io:
+                await asyncio.wait([task], timeout=max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()))
             if task.done():
                 return task.result()
             cancel.set()

@@ -65,7 +65,7 @@ from lockclient.store.base import (
 )
 from lockclient.wake import Listener, LocalListener, Taken, Wakeups, Watch
 
-__all__ = ["AioWakeups", "AsyncioRuntime", "BlockingStore", "run_in_greenlet"]
+__all__ = ["AioWakeups", "AsyncioRuntime", "BlockingStore", "Progress", "run_in_greenlet"]
 
 T = TypeVar("T")
 
@@ -125,8 +125,23 @@ def in_bridge() -> bool:
     return isinstance(getcurrent(), _Bridge)
 
 
+class Progress:
+    """Where a greenlet run by :func:`run_in_greenlet` stands, for its caller: ``in_io`` while a
+    store call (or another call on the runtime's workers) it started is under way or its outcome
+    not yet taken in — a grant may be landing — and False while it merely waits."""
+
+    __slots__ = ("in_io",)
+
+    def __init__(self) -> None:
+        self.in_io = False
+
+
 async def run_in_greenlet(
-    fn: Callable[[], T], *, on_cancel: Callable[[], None] | None = None, admitted: bool = False
+    fn: Callable[[], T],
+    *,
+    on_cancel: Callable[[], None] | None = None,
+    admitted: bool = False,
+    progress: Progress | None = None,
 ) -> T:
     """Run blocking-style ``fn`` on this loop: its runtime waits become awaits here.
 
@@ -164,6 +179,8 @@ async def run_in_greenlet(
         if bridge.dead:
             return cast(T, request)
         awaitable, if_cancelled = request
+        if progress is not None:
+            progress.in_io = isinstance(if_cancelled, _Finish)
         try:
             value = await awaitable
         except asyncio.CancelledError as exc:
