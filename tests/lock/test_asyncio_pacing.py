@@ -230,3 +230,31 @@ def test_blocking_calls_keep_their_outcomes_and_errors(store: CellStore) -> None
         assert threading.active_count() < 50 + 5, "a thread per call"
 
     asyncio.run(scenario())
+
+
+def test_a_waiting_acquisition_times_out_at_its_deadline_without_waiting_for_its_turn(store: CellStore) -> None:
+    """A waiter merely waiting at its deadline (no store call of its own under way) gets LockTimeout
+    then, even when its own greenlet cannot run for a long while (100,000 steps wait ahead, one
+    let through per iteration): its clean-up comes in its turn, afterwards."""
+
+    async def scenario() -> None:
+        with RemoteLocker(store, lease=10) as locker:
+            holder = await locker.aget_lock("busy")
+            task = asyncio.create_task(locker.aget_lock("busy", timeout=1.0))
+            queued_by = asyncio.get_running_loop().time() + 30
+            while len((await asyncio.to_thread(locker.status, "busy")).queue) < 2:
+                assert asyncio.get_running_loop().time() < queued_by, "the waiter never queued"
+                await asyncio.sleep(0.01)
+            pacer, _ = _paced(asyncio.get_running_loop())
+            pacer.spent(10.0)  # steps are dear: one per slice
+            ahead = [pacer.turn() for _ in range(100_000)]
+            with pytest.raises(LockTimeout):
+                await asyncio.wait_for(task, 25)
+            assert not all(turn.done() for turn in ahead), "the timeout waited for the line"
+            withdrawn_by = asyncio.get_running_loop().time() + 60
+            while len((await asyncio.to_thread(locker.status, "busy")).queue) != 1:
+                assert asyncio.get_running_loop().time() < withdrawn_by, "the clean-up never came"
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(holder.release)
+
+    asyncio.run(scenario())
