@@ -89,7 +89,8 @@ RELEASE_RETRY_FOR = 3.0
 
 TIMEOUT_GRACE_S = 0.05
 """``aget_lock`` raises LockTimeout this long after its deadline at the latest, whatever the store
-does; an acquisition still busy then (its last look, withdrawing its cell) finishes in the background."""
+does (at the deadline itself when no store call of the acquisition is under way); an acquisition
+still busy then (its last look, withdrawing its cell) finishes in the background."""
 
 
 @dataclass(frozen=True, slots=True)
