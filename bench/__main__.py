@@ -68,6 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REF",
         help="startup benchmark: also build this git ref's wheel and time it in the same rounds",
     )
+    parser.add_argument(
+        "--against-python",
+        default=None,
+        metavar="PYTHON",
+        help="asyncio benchmark: also measure this interpreter's installed lockclient (an older checkout's "
+        ".venv/bin/python), alternating with this tree's",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="asyncio benchmark: measurements per code version (default 1)"
+    )
     parser.add_argument("--only-n", type=int, default=None, help="scale benchmark: only the points with this N")
     parser.add_argument(
         "--seconds",
@@ -130,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.which in ("all", "asyncio"):
         from bench import aio
 
-        aio.run(quick=args.quick)
+        aio.run(quick=args.quick, against_python=args.against_python, rounds=max(1, args.rounds))
     if args.which in ("all", "startup"):
         from bench import startup
 

@@ -16,23 +16,31 @@ returned) is the loop's lag for other work. Phases, in one run:
 6. **timeouts, together** — N waiters with the same 3 s timeout.
 
 Threads: the most alive at once during the run, and how many there were before it.
+
+Each measurement runs in a child process (``python bench/aio.py --child``, run as a script so
+that ``lockclient`` is the interpreter's own). ``--against-python PATH`` measures another
+interpreter's installed ``lockclient`` too (an older checkout's ``.venv/bin/python``), alternating
+with this tree's in the same invocation, so that both see the same machine. The benchmark's own
+look at the queue (``status``) runs on a thread, never on the loop it measures.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from prometheus_client import REGISTRY
-
-from bench.common import machine_info, markdown_table, percentile, write_results
 
 __all__ = ["run"]
 
@@ -44,24 +52,39 @@ class Ticker:
     """The loop's lag: lateness samples of a 1 ms sleep, per phase."""
 
     samples: list[float] = field(default_factory=list)
+    busy: list[float] = field(default_factory=list)
+    """CPU time of the loop's thread between two ticks, less the 1 ms: the longest stretch of work on
+    the loop, which the machine's load does not inflate (a descheduled thread, or one waiting for
+    the GIL, uses no CPU) — what this code alone would make the loop late by."""
     threads_max: int = 0
 
     async def run(self) -> None:
         while True:
-            before = time.monotonic()
+            before, cpu_before = time.monotonic(), time.thread_time()
             await asyncio.sleep(TICK_S)
             self.samples.append(time.monotonic() - before - TICK_S)
+            self.busy.append(time.thread_time() - cpu_before)
             self.threads_max = max(self.threads_max, threading.active_count())
 
     @contextmanager
     def phase(self, into: dict[str, Any]) -> Iterator[None]:
         self.samples = []
+        self.busy = []
         started = time.monotonic()
         try:
             yield
         finally:
             into["seconds"] = round(time.monotonic() - started, 3)
             into["lag_ms"] = _summary(self.samples)
+            into["loop_cpu_ms"] = _summary(self.busy)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest rank, as bench.common's (this file also runs as a script, without the package)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(max(1, math.ceil(q / 100 * len(ordered))), len(ordered)) - 1]
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -74,6 +97,8 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 def _store_ops() -> float:
+    from prometheus_client import REGISTRY
+
     total = 0.0
     for metric in REGISTRY.collect():
         if metric.name == "chronolock_client_store_ops":
@@ -104,7 +129,8 @@ async def _measure(n: int, store_url: str) -> dict[str, Any]:
         phases["enqueue"] = {}
         with ticker.phase(phases["enqueue"]):
             tasks = [asyncio.create_task(waiter(i)) for i in range(n)]
-            while len(locker.status("one").queue) < n + 1:  # noqa: ASYNC110 - polling the store
+            # On a thread: a store call on the loop would be the benchmark's own stall.
+            while len((await asyncio.to_thread(locker.status, "one")).queue) < n + 1:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
 
         await asyncio.sleep(3)  # let the first looks and binds settle
@@ -153,7 +179,7 @@ async def _measure(n: int, store_url: str) -> dict[str, Any]:
             phases[name]["late_ms"] = _summary(lateness)
             await asyncio.to_thread(holder.release)
             cleaning = time.monotonic()
-            while locker.status("busy").queue and time.monotonic() < cleaning + 60:  # noqa: ASYNC110 - the store
+            while (await asyncio.to_thread(locker.status, "busy")).queue and time.monotonic() < cleaning + 60:  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
             phases[name]["cleaned_up_s"] = round(time.monotonic() - cleaning, 2)
     finally:
@@ -162,42 +188,139 @@ async def _measure(n: int, store_url: str) -> dict[str, Any]:
     return {"n": n, "threads_before": threads_before, "threads_max": ticker.threads_max, "phases": phases}
 
 
-def run(*, quick: bool = False) -> None:
-    n = 200 if quick else 1000
-    print(f"[bench asyncio] {n} aget_lock waiters on one lock, one event loop, embedded store", flush=True)
-    info = machine_info()
+def _child(n: int, out: Path) -> None:
+    """One measurement, in this process, with whatever ``lockclient`` this interpreter has."""
+    import lockclient
+
     with tempfile.TemporaryDirectory(prefix="chronolock-bench-asyncio-") as tmp:
+        load_before = os.getloadavg()[0]
         result = asyncio.run(_measure(n, f"sqlite:///{Path(tmp) / 'cells.db'}"))
-    result["machine"] = info
-    phases = result["phases"]
-    rows = []
-    for name, phase in phases.items():
-        lag = phase["lag_ms"]
-        rows.append([name, phase["seconds"], lag["p50"], lag["p99"], lag["max"]])
-    lag_table = markdown_table(["phase", "s", "loop lag p50 ms", "p99 ms", "max ms"], rows)
-    rows = []
-    for name in ("timeouts, spread", "timeouts, together"):
-        phase = phases[name]
-        late = phase["late_ms"]
-        rows.append([name, phase["timed_out"], late["p50"], late["p99"], late["max"], phase["cleaned_up_s"]])
-    timeout_table = markdown_table(
-        ["waiters", "timed out", "late p50 ms", "p99 ms", "max ms", "queue empty (s after the release)"], rows
+        result["load_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    result["lockclient"] = str(Path(lockclient.__file__).parent)
+    out.write_text(json.dumps(result))
+
+
+def _code_label(python: str) -> str:
+    """Which code ``python`` runs: the git commit of the checkout its lockclient comes from."""
+    where = subprocess.run(
+        [python, "-c", "import lockclient, os; print(os.path.dirname(os.path.dirname(lockclient.__file__)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tempfile.gettempdir(),
+    ).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", where, "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True
     )
-    waiting, handover = phases["waiting"], phases["hand-over"]
+    dirty = subprocess.run(
+        ["git", "-C", where, "status", "--porcelain", "--", "lockclient"], check=False, capture_output=True, text=True
+    )
+    label = head.stdout.strip() or where
+    return f"{label}+changes" if dirty.stdout.strip() else label
+
+
+def _measure_with(python: str, n: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="chronolock-bench-asyncio-run-") as tmp:
+        out = Path(tmp) / "result.json"
+        # Run as a script from a neutral directory: `lockclient` is then the interpreter's own.
+        subprocess.run([python, str(Path(__file__).resolve()), "--child", str(n), str(out)], check=True, cwd=tmp)
+        return dict(json.loads(out.read_text()))
+
+
+def run(*, quick: bool = False, against_python: str | None = None, rounds: int = 1) -> None:
+    from bench.common import machine_info, markdown_table, write_results
+
+    n = 200 if quick else 1000
+    pythons = [sys.executable] + ([against_python] if against_python else [])
+    labels = [f"this tree ({_code_label(sys.executable)})"] + (
+        [f"{_code_label(against_python)} ({against_python})"] if against_python else []
+    )
+    print(f"[bench asyncio] {n} aget_lock waiters on one lock, one event loop, embedded store: {labels}", flush=True)
+    info = machine_info()
+    runs: list[dict[str, Any]] = []
+    for round_no in range(rounds):
+        for python, label in zip(pythons, labels, strict=True):
+            print(f"[bench asyncio] round {round_no + 1}: {label}", flush=True)
+            result = _measure_with(python, n)
+            result["code"] = label
+            result["round"] = round_no + 1
+            runs.append(result)
+
+    lag_rows = []
+    timeout_rows = []
+    notes = []
+    phase_names = list(runs[0]["phases"])
+    for name in phase_names:
+        for result in runs:
+            phase = result["phases"][name]
+            lag = phase["lag_ms"]
+            tag = f"{result['code']}, round {result['round']}" if rounds > 1 else result["code"]
+            cpu = phase["loop_cpu_ms"]
+            lag_rows.append([name, tag, phase["seconds"], lag["p50"], lag["p99"], lag["max"], cpu["p99"], cpu["max"]])
+    for name in ("timeouts, spread", "timeouts, together"):
+        for result in runs:
+            phase = result["phases"][name]
+            late = phase["late_ms"]
+            tag = f"{result['code']}, round {result['round']}" if rounds > 1 else result["code"]
+            timeout_rows.append(
+                [name, tag, phase["timed_out"], late["p50"], late["p99"], late["max"], phase["cleaned_up_s"]]
+            )
+    for result in runs:
+        waiting, handover = result["phases"]["waiting"], result["phases"]["hand-over"]
+        tag = f"{result['code']}, round {result['round']}" if rounds > 1 else result["code"]
+        notes.append(
+            f"- {tag}: load {result['load_1m'][0]} → {result['load_1m'][1]}; threads {result['threads_before']} "
+            f"before, {result['threads_max']} at most; while {result['n']} waited: {waiting['store_ops_per_s']} "
+            f"store operations/s, unrelated `asyncio.to_thread` calls {waiting['to_thread_ms']['p50']} ms "
+            f"(median), {waiting['to_thread_ms']['max']} ms at most; hand-over of all {result['n']}: "
+            f"{handover['seconds']} s ({handover['per_s']}/s), in ticket order: {handover['in_ticket_order']}."
+        )
     markdown = "\n\n".join(
         [
-            f"# asyncio: {result['n']} aget_lock waiters on one lock in one process",
+            f"# asyncio: {n} aget_lock waiters on one lock in one process",
             f"Machine: {info['cpus']} CPUs, Python {info['python']}, load {info['loadavg_1m_at_start']} at the start "
-            f"({info['when_utc']}). Loop lag = lateness of `await asyncio.sleep(0.001)`.",
-            lag_table,
-            timeout_table,
-            (
-                f"Threads: {result['threads_before']} before, {result['threads_max']} at most during the run. "
-                f"While {result['n']} waited: {waiting['store_ops_per_s']} store operations/s; unrelated "
-                f"`asyncio.to_thread` calls took {waiting['to_thread_ms']['p50']} ms (median), "
-                f"{waiting['to_thread_ms']['max']} ms at most. Hand-over of all {result['n']}: "
-                f"{handover['seconds']} s ({handover['per_s']}/s), in ticket order: {handover['in_ticket_order']}."
+            f"({info['when_utc']}). Loop lag = lateness of `await asyncio.sleep(0.001)`; loop CPU between "
+            "ticks = CPU time the loop's thread used from one tick to the next (the longest stretch of work "
+            "on the loop, which the machine's load does not inflate: the lag this code would cause by "
+            "itself). "
+            + (
+                "The code versions ran alternately in one invocation, each in a process of its own."
+                if len(pythons) > 1
+                else ""
             ),
+            markdown_table(
+                [
+                    "phase",
+                    "code",
+                    "s",
+                    "loop lag p50 ms",
+                    "p99 ms",
+                    "max ms",
+                    "loop CPU between ticks p99 ms",
+                    "max ms",
+                ],
+                lag_rows,
+            ),
+            markdown_table(
+                [
+                    "waiters",
+                    "code",
+                    "timed out",
+                    "late p50 ms",
+                    "p99 ms",
+                    "max ms",
+                    "queue empty (s after the release)",
+                ],
+                timeout_rows,
+            ),
+            "\n".join(notes),
         ]
     )
-    write_results("asyncio", result, markdown)
+    write_results("asyncio", {"machine": info, "runs": runs}, markdown)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="one asyncio measurement (run by bench asyncio)")
+    parser.add_argument("--child", nargs=2, metavar=("N", "OUT"), required=True)
+    args = parser.parse_args()
+    _child(int(args.child[0]), Path(args.child[1]))

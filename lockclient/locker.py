@@ -90,7 +90,8 @@ RELEASE_RETRY_FOR = 3.0
 
 TIMEOUT_GRACE_S = 0.05
 """``aget_lock`` raises LockTimeout this long after its deadline at the latest, whatever the store
-does; an acquisition still busy then (its last look, withdrawing its cell) finishes in the background."""
+does (at the deadline itself when no store call of the acquisition is under way); an acquisition
+still busy then (its last look, withdrawing its cell) finishes in the background."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -555,12 +556,18 @@ class RemoteLocker:
     ) -> RemoteLock | None:
         import asyncio
 
-        from lockclient.runtime.aio import AsyncioRuntime, run_in_greenlet
+        from lockclient.runtime.aio import AsyncioRuntime, Progress, run_in_greenlet
 
         runtime = AsyncioRuntime.current()
+        deadline = None if timeout is None else runtime.monotonic() + timeout
+        # A burst of calls (a thousand tasks started together) comes onto the loop in slices:
+        # each waits here, a future, until its turn (lockclient.runtime.aio, _Pacer) — and never
+        # past its deadline, having done nothing that needs undoing.
+        if not await runtime.pacer.admit(deadline):
+            raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
         cancel = runtime.event()
         abandoned = False
-        deadline = None if timeout is None else runtime.monotonic() + timeout
+        progress = Progress()
 
         def acquire() -> RemoteLock | None:
             return self._acquire(
@@ -580,14 +587,22 @@ class RemoteLocker:
                 lock = task.result()
                 if lock is not None:
                     # Granted, but the caller is gone: nobody else will ever release it.
-                    runtime.executor.submit(lock.release)
+                    runtime.submit_blocking(lock.release)
 
         async def acquisition() -> RemoteLock | None:
             try:
-                return await run_in_greenlet(acquire, on_cancel=cancel.set)
+                return await run_in_greenlet(acquire, on_cancel=cancel.set, admitted=True, progress=progress)
             except (LockCancelled, LockTimeout):
                 if abandoned:
                     return None  # its clean-up is done, and nobody awaits the outcome any more
+                raise
+            except Exception as exc:
+                if abandoned:
+                    # Nobody awaits it any more (the caller has had its LockTimeout or was
+                    # cancelled): an error of its clean-up (the store closed meanwhile) is logged,
+                    # never left to asyncio as an unretrieved task exception.
+                    log.warning("abandoned_acquisition_failed", lock_id=lock_id, error=repr(exc))
+                    return None
                 raise
 
         # The acquisition runs as a task of its own, shielded from the caller's cancellation: it
@@ -603,7 +618,13 @@ class RemoteLocker:
             # late in issue 25. So the caller gets its LockTimeout TIMEOUT_GRACE_S after the
             # deadline at the latest; the acquisition is then told to stop, finishes its
             # clean-up in the background, and a grant that lands after all is released.
-            await asyncio.wait([task], timeout=max(0.0, deadline - runtime.monotonic()) + TIMEOUT_GRACE_S)
+            # An acquisition that merely waits at its deadline (no store call of its own under way)
+            # has nothing that could still grant it the lock: LockTimeout now, its clean-up in the
+            # background — not after it had its turn on the loop (lockclient.runtime.aio, _Pacer)
+            # behind a thousand others whose deadlines fell at the same moment.
+            await asyncio.wait([task], timeout=max(0.0, deadline - runtime.monotonic()))
+            if not task.done() and progress.in_io:
+                await asyncio.wait([task], timeout=max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()))
             if task.done():
                 return task.result()
             cancel.set()

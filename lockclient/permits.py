@@ -199,7 +199,7 @@ async def on_loop(
         if abandoned and not task.cancelled() and task.exception() is None:
             held = task.result()
             if held is not None:
-                runtime.executor.submit(held.release)  # granted, but the caller is gone
+                runtime.submit_blocking(held.release)  # granted, but the caller is gone
 
     task = asyncio.ensure_future(run_in_greenlet(lambda: acquire(runtime, cancel, deadline), on_cancel=cancel.set))
     task.add_done_callback(release_if_abandoned)

@@ -8,9 +8,25 @@ which awaits it on the loop and resumes the greenlet with the result (SQLAlchemy
 greenlets on one loop — no thread each, and nothing queues behind the default executor.
 
 What cannot wait on the loop — a call into the store's driver or SQLite, an HTTP request to
-timesvc — goes to a small executor of this runtime's own (:meth:`AsyncioRuntime.call_blocking`),
-never to the loop's default executor, so an application's own ``asyncio.to_thread`` work and
-chronolock's never starve each other.
+timesvc — goes to a small pool of threads of this runtime's own (:class:`_BlockingPool`,
+:meth:`AsyncioRuntime.call_blocking`), never to the loop's default executor, so an application's
+own ``asyncio.to_thread`` work and chronolock's never starve each other.
+
+**The loop stays free for other work** (issue 25: a burst of 1,000 ``aget_lock`` calls held the
+loop for 287–563 ms at a time, and 1,000 deadlines falling together made every ``LockTimeout``
+~120 ms to 1.5 s late — the timers were on time, the loop that runs them was not). Two causes,
+two cures:
+
+- *All the greenlets that became ready in one loop iteration ran in it*, however many: 1,000
+  enqueues or 1,000 clean-ups after a deadline, ~0.3 ms of Python each, in one stretch. Each
+  step into a greenlet now passes :class:`_Pacer`: the steps of one loop iteration are cut off
+  after ``SLICE_S`` of work; the rest wait in arrival order (FIFO) and are let through a slice per
+  iteration, so timers, I/O and the application's own tasks run between slices.
+- *Each store call cost the loop a ``concurrent.futures`` future, a chained asyncio future, a
+  shield and a wake-up of the loop's self-pipe* — half the loop's time in the burst, and every
+  self-pipe wake-up a chance to lose the GIL to one of 24 busy threads for a switch interval.
+  :class:`_BlockingPool` hands a call to a worker with one queue put, and the workers hand the
+  outcomes back in batches: one loop wake-up for all the calls that finished meanwhile.
 
 Leases are renewed by the locker's keeper on its own threads (:mod:`lockclient.keeper`), as for
 the synchronous API: the two meet only through thread-safe, non-blocking calls.
@@ -20,20 +36,22 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import random
-import secrets
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from greenlet import getcurrent, greenlet
 
+from lockclient.logs import get_logger
 from lockclient.runtime.base import Condition, Event, Lock, Pool, Task
-from lockclient.runtime.threads import host_name
+from lockclient.runtime.threads import RandomPool, host_name
 from lockclient.store.base import (
     CasResult,
     Cell,
@@ -47,12 +65,24 @@ from lockclient.store.base import (
 )
 from lockclient.wake import Listener, LocalListener, Taken, Wakeups, Watch
 
-__all__ = ["AioWakeups", "AsyncioRuntime", "BlockingStore", "run_in_greenlet"]
+__all__ = ["AioWakeups", "AsyncioRuntime", "BlockingStore", "Progress", "run_in_greenlet"]
 
 T = TypeVar("T")
 
+log = get_logger("lockclient")
+
 BLOCKING_WORKERS = 16
 """Threads per event loop for calls that cannot wait on the loop (store drivers, HTTP)."""
+
+SLICE_S = 0.002
+"""At most about this much greenlet work per loop iteration (:class:`_Pacer`): what chronolock
+adds to the loop's lag for other work when a thousand acquisitions want the loop at once."""
+
+MAX_SLICE_S = 0.05
+"""The longest slice, however slow the loop's other work (see :class:`_Pacer`)."""
+
+FIRST_STEP_COST_S = 0.0003
+"""What a greenlet step is taken to cost before any was measured (an enqueue, on this machine)."""
 
 
 class _Bridge(greenlet):
@@ -63,13 +93,13 @@ _RAISE = object()
 
 
 class _Finish:
-    """On cancellation, wait for this future anyway: the call it stands for (a store request) is
-    under way, and its outcome must reach the algorithm — a grant that applied is a grant."""
+    """On cancellation, wait for this call anyway: it (a store request) is under way, and its
+    outcome must reach the algorithm — a grant that applied is a grant."""
 
-    __slots__ = ("future",)
+    __slots__ = ("call",)
 
-    def __init__(self, future: asyncio.Future[Any]) -> None:
-        self.future = future
+    def __init__(self, call: _Call[Any]) -> None:
+        self.call = call
 
 
 def _await(awaitable: Awaitable[T], on_cancel: object = _RAISE) -> T:
@@ -95,36 +125,206 @@ def in_bridge() -> bool:
     return isinstance(getcurrent(), _Bridge)
 
 
-async def run_in_greenlet(fn: Callable[[], T], *, on_cancel: Callable[[], None] | None = None) -> T:
+class Progress:
+    """Where a greenlet run by :func:`run_in_greenlet` stands, for its caller: ``in_io`` while a
+    store call (or another call on the runtime's workers) it started is under way or its outcome
+    not yet taken in — a grant may be landing — and False while it merely waits."""
+
+    __slots__ = ("in_io",)
+
+    def __init__(self) -> None:
+        self.in_io = False
+
+
+async def run_in_greenlet(
+    fn: Callable[[], T],
+    *,
+    on_cancel: Callable[[], None] | None = None,
+    admitted: bool = False,
+    progress: Progress | None = None,
+) -> T:
     """Run blocking-style ``fn`` on this loop: its runtime waits become awaits here.
 
     With ``on_cancel``, cancelling the driving task never tears the algorithm apart mid-step:
     ``on_cancel()`` runs (an acquisition sets its cancel event), the wait in progress returns a
     neutral answer or — for a store call in flight — its real outcome, and the algorithm unwinds
     by itself (withdrawing its queue cell, giving back a grant). Its own result or error is the
-    task's: a lock granted just as the task was cancelled is returned, so its caller can release it."""
+    task's: a lock granted just as the task was cancelled is returned, so its caller can release it.
+
+    Every step into the greenlet takes its turn at the loop's :class:`_Pacer` first (``admitted``:
+    the first step's turn was taken already, by :meth:`_Pacer.admit`)."""
+    pacer = AsyncioRuntime.current().pacer
     bridge = _Bridge(fn, parent=getcurrent())
-    request = bridge.switch()
-    while not bridge.dead:
+    resume: Callable[[], Any] = bridge.switch
+    while True:
+        cancelled: BaseException | None = None
+        if not admitted and not pacer.may_run():
+            cancelled = await _wait_for(pacer.turn())
+        admitted = False
+        # Let through with others, but the slice is spent already: first in line for the next.
+        while cancelled is None and pacer.spent_out():
+            cancelled = await _wait_for(pacer.turn(first=True))
+        if cancelled is not None:
+            # Cancelled while waiting for its turn: what the greenlet is owed (a wait's or a store
+            # call's outcome) is at hand; the cancellation reaches it as during a wait.
+            if on_cancel is None:
+                resume = partial(bridge.throw, cancelled)
+            else:
+                on_cancel()
+        started = pacer.clock()
+        try:
+            request = resume()
+        finally:
+            pacer.spent(pacer.clock() - started)
+        if bridge.dead:
+            return cast(T, request)
         awaitable, if_cancelled = request
+        if progress is not None:
+            progress.in_io = isinstance(if_cancelled, _Finish)
         try:
             value = await awaitable
         except asyncio.CancelledError as exc:
             if on_cancel is None or if_cancelled is _RAISE:
-                request = bridge.throw(exc)
+                resume = partial(bridge.throw, exc)
                 continue
             on_cancel()
             try:
-                value = (await if_cancelled.future) if isinstance(if_cancelled, _Finish) else if_cancelled
+                value = (await if_cancelled.call.outcome()) if isinstance(if_cancelled, _Finish) else if_cancelled
             except BaseException as error:
-                request = bridge.throw(error)
+                resume = partial(bridge.throw, error)
                 continue
-            request = bridge.switch(value)
+            resume = partial(bridge.switch, value)
         except BaseException as exc:
-            request = bridge.throw(exc)
+            resume = partial(bridge.throw, exc)
         else:
-            request = bridge.switch(value)
-    return cast(T, request)
+            resume = partial(bridge.switch, value)
+
+
+async def _wait_for(turn: asyncio.Future[bool]) -> BaseException | None:
+    """Wait for a turn; the cancellation that came instead, if one did."""
+    try:
+        await turn
+    except asyncio.CancelledError as exc:
+        return exc
+    return None
+
+
+class _Pacer:
+    """Keeps one loop's greenlet steps from hogging it: about ``slice_s`` of them per iteration.
+
+    A step (a resumption of a bridge greenlet, :func:`run_in_greenlet`) may run at once while the
+    current slice has time left and nobody is waiting; otherwise it waits for its turn in arrival
+    order. Once per iteration (:meth:`_next_slice`, a ``call_soon`` callback, so it runs after what
+    was already ready — timers, I/O, other tasks) a new slice starts and lets through as many
+    waiting steps as fit in it, judged by what steps have been costing lately (measured, so a
+    slower or busier machine lets fewer through). A waiting step costs the loop a future, not a
+    poll. ``clock``: for tests (a step "costs" what this clock says it took).
+
+    How many to let through is judged by the steps' average cost; a step let through that finds
+    the slice spent twice over (dearer steps than the average) waits again, first in line for the
+    next slice — so a slice never runs much over, and the average keeps the line moving: judged
+    by the dearest recent step instead, a loaded machine (every step sometimes descheduled)
+    let so few through that 750 waiters' looks outran the slices and a new ``aget_lock`` waited
+    more than 60 s for its turn.
+
+    A slice is ``slice_s`` or as long as the loop's other work took since the last one, whichever
+    is longer (at most ``MAX_SLICE_S``): on a loop whose other work is slow (a synchronous call in
+    the application's own code), chronolock's steps still get half of it."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        slice_s: float = SLICE_S,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._loop = loop
+        self.slice_s = slice_s
+        self.clock = clock
+        self._used = 0.0
+        self._step_cost = FIRST_STEP_COST_S
+        self._waiting: deque[asyncio.Future[bool]] = deque()
+        self._slice_due = False
+        self._budget = slice_s
+        self._slice_started = clock()
+        self._spent = 0.0
+        """Measured step time since the slice started (the rest of the interval is other work)."""
+
+    def may_run(self) -> bool:
+        return not self._waiting and self._used < self.slice_s
+
+    def spent_out(self) -> bool:
+        """This slice has run twice its length: a step let through should wait for the next."""
+        return self._used >= 2 * self._budget
+
+    def turn(self, *, first: bool = False) -> asyncio.Future[bool]:
+        """Resolved (True) when it is this step's turn (FIFO; ``first``: ahead of everyone, for a
+        step that had its turn but found the slice spent). Cancelling it gives the turn up."""
+        waiter: asyncio.Future[bool] = self._loop.create_future()
+        if first:
+            self._waiting.appendleft(waiter)
+        else:
+            self._waiting.append(waiter)
+        self._due()
+        return waiter
+
+    async def admit(self, deadline: float | None) -> bool:
+        """Wait for a turn to start an acquisition (before its task and greenlet exist: a burst of
+        a thousand ``aget_lock`` calls costs the loop a future each, then comes in slices).
+        False: ``deadline`` (``time.monotonic()``) passed first."""
+        if self.may_run():
+            # What its first step will cost, counted now: that step runs an iteration later,
+            # and the other calls of this burst must not all find the slice still empty.
+            self._used += self._step_cost
+            self._due()
+            return True
+        waiter = self.turn()
+        timer = None if deadline is None else self._loop.call_later(deadline - time.monotonic(), _give_up, waiter)
+        try:
+            return await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def spent(self, seconds: float) -> None:
+        """A step ran for ``seconds`` (by :attr:`clock`, which run_in_greenlet passes on)."""
+        self._used += seconds
+        self._spent += seconds
+        self._step_cost += (seconds - self._step_cost) * 0.1
+        self._due()
+
+    def _due(self) -> None:
+        if not self._slice_due:
+            self._slice_due = True
+            self._loop.call_soon(self._next_slice)
+
+    def _next_slice(self) -> None:
+        self._slice_due = False
+        self._used = 0.0
+        now = self.clock()
+        other_work = now - self._slice_started - self._spent
+        self._slice_started, self._spent = now, 0.0
+        # (Capped: what a step costs the loop beyond its measured switch — waking its task — counts
+        # as other work, and must not feed the next slice without end.)
+        budget = self._budget = min(max(self.slice_s, other_work), MAX_SLICE_S)
+        if not self._waiting:
+            return
+        # The steps let through now run in the next iteration, before the next slice starts: the
+        # callback below is scheduled after their wake-ups, so it runs after them.
+        room = max(1, int(budget / max(self._step_cost, 1e-6)))
+        waiting = self._waiting
+        while waiting and room > 0:
+            waiter = waiting.popleft()
+            if not waiter.done():  # else cancelled, or its deadline passed, while waiting
+                waiter.set_result(True)
+                room -= 1
+        # This iteration's room is given: newcomers queue behind (may_run is False while anyone
+        # waits, and the steps let through count what they spend against spent_out).
+        self._due()
+
+
+def _give_up(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -299,6 +499,121 @@ class _AioPool:
         self._queue.clear()
 
 
+class _Call(Generic[T]):
+    """One call on a :class:`_BlockingPool`'s worker; its outcome reaches the loop in a batch.
+
+    :attr:`done` is resolved with ``(value, error)`` — never with an exception, so an outcome
+    nobody waits for any more (its caller was cancelled) is never reported as unretrieved."""
+
+    __slots__ = ("_late", "_outcome", "done", "fn")
+
+    def __init__(self, fn: Callable[[], T], loop: asyncio.AbstractEventLoop) -> None:
+        self.fn = fn
+        self.done: asyncio.Future[tuple[T | None, BaseException | None]] = loop.create_future()
+        self._outcome: tuple[T | None, BaseException | None] | None = None
+        self._late: asyncio.Future[tuple[T | None, BaseException | None]] | None = None
+
+    def settle(self, outcome: tuple[T | None, BaseException | None]) -> None:
+        """On the loop: the worker has finished."""
+        self._outcome = outcome
+        if not self.done.done():
+            self.done.set_result(outcome)
+        if self._late is not None and not self._late.done():
+            self._late.set_result(outcome)
+
+    async def outcome(self) -> tuple[T | None, BaseException | None]:
+        """What :attr:`done` tells, even after it was cancelled with its waiter."""
+        if self._outcome is not None:
+            return self._outcome
+        if self._late is None:
+            self._late = self.done.get_loop().create_future()
+        return await asyncio.shield(self._late)
+
+
+def _unpack(outcome: tuple[T | None, BaseException | None]) -> T:
+    value, error = outcome
+    if error is not None:
+        raise error
+    return cast(T, value)
+
+
+class _BlockingPool:
+    """Up to ``workers`` threads for the calls of one loop that cannot wait on it.
+
+    Handing a call over is one queue put (a thread is started only while none is idle); the
+    outcomes go back to the loop in batches: a worker that finishes a call schedules one
+    delivery callback unless one is due already, and that callback settles every call finished
+    by then — one wake-up of the loop for many calls. The threads are daemons: a call still
+    running at interpreter exit (a release) is cut short, as a crash would cut it, and the
+    lease's expiry covers it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, workers: int, name: str) -> None:
+        self._loop = loop
+        self._max = workers
+        self._name = name
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], _Call[Any] | None]] = queue.SimpleQueue()
+        self._finished: deque[tuple[_Call[Any], tuple[Any, BaseException | None]]] = deque()
+        self._delivery_due = False
+        self._count_lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    def start(self, fn: Callable[[], T]) -> _Call[T]:
+        """On the loop: run ``fn`` on a worker; :attr:`_Call.done` tells its outcome."""
+        call = _Call(fn, self._loop)
+        self._put(fn, call)
+        return call
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        """From any thread: run ``fn`` on a worker, for its effect only (an error is logged)."""
+        self._put(fn, None)
+
+    def _put(self, fn: Callable[[], Any], call: _Call[Any] | None) -> None:
+        self._jobs.put((fn, call))
+        # Read without the lock: taking a lock the workers take too was itself a stall on the
+        # loop (contended, it gives up the GIL). A stale count only starts a thread late or early.
+        if self._idle > 0 or self._threads >= self._max:
+            return
+        with self._count_lock:
+            if self._threads >= self._max:
+                return
+            self._threads += 1
+            index = self._threads - 1
+        threading.Thread(target=self._work, name=f"{self._name}_{index}", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            with self._count_lock:
+                self._idle += 1
+            fn, call = self._jobs.get()
+            with self._count_lock:
+                self._idle -= 1
+            try:
+                outcome: tuple[Any, BaseException | None] = (fn(), None)
+            except BaseException as error:  # handed to the caller, as an executor would
+                outcome = (None, error)
+            if call is None:
+                if outcome[1] is not None:
+                    log.warning("background_call_failed", call=repr(fn), error=repr(outcome[1]))
+                continue
+            self._finished.append((call, outcome))
+            if not self._delivery_due:
+                self._delivery_due = True
+                try:
+                    self._loop.call_soon_threadsafe(self._deliver)
+                except RuntimeError:  # the loop is closed: nobody is waiting any more
+                    self._finished.clear()
+
+    def _deliver(self) -> None:
+        # Cleared before draining: a call finished from here on schedules the next delivery
+        # (or is drained now and finds an empty deque later, which is harmless).
+        self._delivery_due = False
+        finished = self._finished
+        while finished:
+            call, outcome = finished.popleft()
+            call.settle(outcome)
+
+
 _RUNTIMES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioRuntime] = weakref.WeakKeyDictionary()
 _RUNTIMES_LOCK = threading.Lock()
 
@@ -312,7 +627,9 @@ class AsyncioRuntime:
         self.loop = loop
         self.loop_thread = threading.get_ident()
         """The thread that runs the loop (the one that called :meth:`current`)."""
-        self.executor = ThreadPoolExecutor(BLOCKING_WORKERS, thread_name_prefix="chronolock-io")
+        self.blocking = _BlockingPool(loop, BLOCKING_WORKERS, "chronolock-io")
+        self.pacer = _Pacer(loop)
+        self._random = RandomPool()
         self._host = host_name()
         self._tasks: set[asyncio.Task[object]] = set()
 
@@ -370,27 +687,30 @@ class AsyncioRuntime:
         return _AioPool(self, workers, name)
 
     def call_blocking(self, fn: Callable[[], T]) -> T:
-        """Run a call that blocks on I/O (a store driver, HTTP) on this runtime's executor; called
-        from outside a bridge greenlet (already on an executor thread), it simply runs."""
+        """Run a call that blocks on I/O (a store driver, HTTP) on this runtime's workers; called
+        from outside a bridge greenlet (already on a worker thread), it simply runs."""
         if not in_bridge():
             return fn()
         return self.finish_blocking(self.start_blocking(fn))
 
-    def start_blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
-        """Start ``fn`` on this runtime's executor now (from the loop); :meth:`finish_blocking`
+    def start_blocking(self, fn: Callable[[], T]) -> _Call[T]:
+        """Start ``fn`` on this runtime's workers now (from the loop); :meth:`finish_blocking`
         waits for it. Its error is kept for that wait (never reported as unretrieved)."""
-        future = self.loop.run_in_executor(self.executor, fn)
-        future.add_done_callback(_retrieve)
-        return future
+        return self.blocking.start(fn)
 
-    def finish_blocking(self, future: asyncio.Future[T]) -> T:
+    def finish_blocking(self, call: _Call[T]) -> T:
         """Wait (in a bridge greenlet) for a call started by :meth:`start_blocking`. Cancelling the
         driving task does not abandon it: the call is under way and its outcome is returned."""
-        return _await(asyncio.shield(future), _Finish(future))
+        return _unpack(_await(call.done, _Finish(call)))
+
+    def submit_blocking(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on this runtime's workers for its effect (a release nobody awaits); from any
+        thread. An error is logged."""
+        self.blocking.submit(fn)
 
     async def run_blocking(self, fn: Callable[[], T]) -> T:
-        """:meth:`call_blocking` for coroutines."""
-        return await self.loop.run_in_executor(self.executor, fn)
+        """:meth:`call_blocking` for coroutines (cancelling the caller abandons the outcome)."""
+        return _unpack(await self.blocking.start(fn).done)
 
     # -- randomness and names ---------------------------------------------------------------------------
 
@@ -398,7 +718,7 @@ class AsyncioRuntime:
         return random.uniform(a, b)
 
     def token_hex(self, nbytes: int) -> str:
-        return secrets.token_hex(nbytes)
+        return self._random.token_hex(nbytes)
 
     def host(self) -> str:
         return self._host

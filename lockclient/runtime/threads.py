@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import secrets
 import socket
 import threading
 import time
@@ -14,7 +13,7 @@ from typing import TypeVar
 
 from lockclient.runtime.base import Condition, Event, Lock, Pool, Task
 
-__all__ = ["THREADS", "ThreadRuntime", "host_name"]
+__all__ = ["THREADS", "RandomPool", "ThreadRuntime", "host_name"]
 
 T = TypeVar("T")
 
@@ -23,6 +22,30 @@ def host_name() -> str:
     """This machine's name, reduced to what an owner id may contain."""
     cleaned = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in socket.gethostname())
     return cleaned[:40] or "host"
+
+
+class RandomPool:
+    """``secrets.token_hex`` from a pool of ``os.urandom`` bytes drawn 4 KiB at a time (thread-safe).
+
+    ``secrets.token_hex`` is a ``getrandom()`` system call per owner name and attempt id, and a
+    system call on an event loop's thread lets another thread take the GIL: with 1,000 ``aget_lock``
+    calls at once it was the largest single place the loop stalled (issue 25). A forked child
+    draws a pool of its own (never its parent's next names)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes = b""
+        self._used = 0
+        self._pid = 0
+
+    def token_hex(self, nbytes: int) -> str:
+        with self._lock:
+            pid = os.getpid()  # no GIL release
+            if len(self._bytes) - self._used < nbytes or pid != self._pid:
+                self._bytes, self._used, self._pid = os.urandom(max(4096, nbytes)), 0, pid
+            start = self._used
+            self._used += nbytes
+            return self._bytes[start : start + nbytes].hex()
 
 
 class _ThreadPool:
@@ -37,12 +60,13 @@ class _ThreadPool:
 
 
 class ThreadRuntime:
-    """``time``, ``threading``, ``random`` and ``secrets`` as they are."""
+    """``time``, ``threading`` and ``random`` as they are (random names: :class:`RandomPool`)."""
 
     name = "threads"
 
     def __init__(self) -> None:
         self._host = host_name()
+        self._random = RandomPool()
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -81,7 +105,7 @@ class ThreadRuntime:
         return random.uniform(a, b)
 
     def token_hex(self, nbytes: int) -> str:
-        return secrets.token_hex(nbytes)
+        return self._random.token_hex(nbytes)
 
     def host(self) -> str:
         return self._host
