@@ -144,8 +144,10 @@ INDEX_FULL_EVERY = 10
 """Every this many scans the whole lock index is read; in between only entries written in the
 last ``INDEX_WINDOW_US`` (new contenders), filtered inside the store."""
 INDEX_WINDOW_US = 10_000_000
-"""How far below the newest index entry seen an entry still counts as new: contenders stamp
-their entries with global time, so a new one is never that far behind another."""
+"""How far below the newest index entry seen — or below global time, if that is lower — an entry
+still counts as new: contenders stamp their entries with global time (never below it), so a new one
+is never that far behind another; but an entry stamped far ahead of global time must not raise the
+window above the entries stamped correctly after it (see "Index entries stamped ahead")."""
 
 # A revoked waiter's (or holder's) queue cell is deleted this far above its write timestamp: see
 # lockclient.admin, which ends a holder record for leasewatch and for `lockctl revoke` alike.
