@@ -71,6 +71,24 @@ with long leases not even every live lock.
 **Idle index entries** are deleted with the timestamp the entry had when the lock was
 first seen idle, so a contender that listed the lock again meanwhile (a newer write)
 is never unlisted.
+
+**Index entries stamped ahead.** "Every enqueue rewrites it" holds only if the rewrite wins
+last-write-wins. A contender stamps the entry with its ticket, the *upper* end of global time's
+interval (lockclient.clock): never below global time, but up to the interval's width above it —
+and after a pause during a ``/now`` round trip that width is the pause (the simulator's seed
+1676192381: a client paused 6 s stamped entries 7.2 s ahead, every other contender's entry for
+the next 7 s lost to them, the lock stayed on the idle schedule, and a holder granted and dead
+in that time was first seen 4.6 s after its grant and revoked 3.2 s beyond the bound). A write
+can only lose while global time is below the entry's stamp, since every stamp is at least global
+time. So each scan also reads the ``GlobalTime`` cell (one cell) and extrapolates it into a lower
+bound of global time, as a client's clock does; a lock whose entry is stamped at or above it is
+looked at *every scan* until global time has passed the stamp, and at that scan and the next, as
+after a change. Usually that is one more look after an enqueue (the cell lags global time by up
+to a tick); idle ids, stamped long ago, cost nothing more. The same bound keeps an idle entry
+stamped ahead from being deleted (its tombstone would shadow a re-listing stamped below it), and
+keeps the window of the incremental index read from rising above global time (one entry stamped
+far ahead would hide every new one until the next full read). Without a ``GlobalTime`` cell in the
+store (nobody publishes global time there) entries are not judged ahead.
 """
 
 from __future__ import annotations
@@ -85,7 +103,9 @@ from datetime import UTC, datetime
 from leasewatch.observed import Observed
 from lockclient.admin import REVOKED_CELL_SHADOW_US, end_holder
 from lockclient.backoff import BACKOFF_INDEX_MARK
+from lockclient.clock import DRIFT
 from lockclient.errors import StoreError, StoreOutcomeUnknown
+from lockclient.globaltime import GLOBAL_TIME_COLUMN, GLOBAL_TIME_ROW
 from lockclient.lease import (
     FENCE_COLUMN,
     HOLDER_COLUMN,
@@ -124,8 +144,10 @@ INDEX_FULL_EVERY = 10
 """Every this many scans the whole lock index is read; in between only entries written in the
 last ``INDEX_WINDOW_US`` (new contenders), filtered inside the store."""
 INDEX_WINDOW_US = 10_000_000
-"""How far below the newest index entry seen an entry still counts as new: contenders stamp
-their entries with global time, so a new one is never that far behind another."""
+"""How far below the newest index entry seen — or below global time, if that is lower — an entry
+still counts as new: contenders stamp their entries with global time (never below it), so a new one
+is never that far behind another; but an entry stamped far ahead of global time must not raise the
+window above the entries stamped correctly after it (see "Index entries stamped ahead")."""
 
 # A revoked waiter's (or holder's) queue cell is deleted this far above its write timestamp: see
 # lockclient.admin, which ends a holder record for leasewatch and for `lockctl revoke` alike.
@@ -345,6 +367,12 @@ class Watcher:
         self._again: set[str] = set()
         self._shards: frozenset[int] | None = None
         self._index_high: int | None = None
+        # Global time from the store's GlobalTime cell: (value µs, monotonic s after the read that
+        # returned it), extrapolated into a lower bound (see "Index entries stamped ahead").
+        self._global: tuple[int, float] | None = None
+        self._ahead: dict[str, int] = {}
+        """Lock id -> the write timestamp of its index entry, while global time has not surely
+        passed it: a contender's index write may not change the entry, so it is looked at every scan."""
         self._due: list[tuple[float, int, _Key, str]] = []  # (deadline, seq, key, value): a heap
         self._seq = itertools.count()
         self._scan_no = 0
@@ -385,8 +413,15 @@ class Watcher:
                 found = self.store.read_rows_many(Table.INDEX, rows)
             else:
                 assert self._index_high is not None
-                found = self.store.read_rows_many(Table.INDEX, rows, newer_than=self._index_high - INDEX_WINDOW_US)
+                # Never above global time: an entry stamped far ahead must not push the window past
+                # the entries correctly stamped after it (see "Index entries stamped ahead").
+                floor = self._global_floor(self._monotonic())
+                high = self._index_high if floor is None else min(self._index_high, floor)
+                found = self.store.read_rows_many(Table.INDEX, rows, newer_than=high - INDEX_WINDOW_US)
+            self._read_global_time()
             at = self._monotonic()
+            floor = self._global_floor(at)
+            ahead = self._ahead
             locks = self._locks
             high = self._index_high or 0
             known_shards = self._shards or frozenset()
@@ -404,6 +439,8 @@ class Watcher:
                     watch.baseline = cell.value == BACKOFF_INDEX_MARK
                     watch.seen = scan_no
                     high = max(high, cell.timestamp)
+                    if floor is not None and cell.timestamp >= floor:
+                        ahead[cell.column] = cell.timestamp
             self._index_high = high
             if full:
                 # Forget the locks no longer listed (or no longer ours to watch).
@@ -413,6 +450,8 @@ class Watcher:
             # Due: what changed (twice), and what the wheel says — with half a scan of tolerance,
             # so a look due "at the next scan" is never put off because that scan started early.
             due = set(self._again)
+            if ahead:
+                self._due_ahead(floor, due)
             now_slot = self._slot(at + self.scan_interval / 2)
             while self._slots and self._slots[0] <= now_slot:
                 for lock_id in self._wheel.pop(heapq.heappop(self._slots), ()):
@@ -448,6 +487,51 @@ class Watcher:
         self.last_report = report
         return report
 
+    def _read_global_time(self) -> None:
+        """Read the GlobalTime cell (one cell: timesvc, or an embedded store clock, keeps it).
+        A failed read keeps the last value: extrapolated, it is still a lower bound."""
+        try:
+            cell = self.store.get(Table.GLOBAL_TIME, GLOBAL_TIME_ROW, GLOBAL_TIME_COLUMN)
+        except StoreError as exc:
+            log.debug("global_time_read_failed", error=str(exc))
+            return
+        arrived = self._monotonic()
+        if cell is None:
+            return  # nobody published global time in this store: entries are not judged ahead
+        try:
+            value = int(cell.value)
+        except ValueError:
+            return
+        if self._global is None or self._lower_at(*self._global, arrived) < value:
+            self._global = (value, arrived)
+
+    def _global_floor(self, now: float) -> int | None:
+        """A lower bound of global time now (µs), or None if it was never read."""
+        return None if self._global is None else self._lower_at(*self._global, now)
+
+    @staticmethod
+    def _lower_at(value: int, arrived: float, now: float) -> int:
+        # As lockclient.clock's lower end: global time advances at real rate, this monotonic clock
+        # may run fast by the rate bound — the same assumption every client's interval makes.
+        return value + int(max(0.0, now - arrived) * (1 - DRIFT) * 1e6)
+
+    def _due_ahead(self, floor: int | None, due: set[str]) -> None:
+        """Locks whose index entry is stamped at or above global time are looked at every scan;
+        once global time has passed the stamp, at this scan and the next (as for a change)."""
+        for lock_id, stamp in list(self._ahead.items()):
+            watch = self._locks.get(lock_id)
+            if watch is None:
+                del self._ahead[lock_id]
+            elif floor is not None and stamp < floor:
+                # Every index write from now on is stamped above the entry, so it changes it. Writes
+                # hidden until now: looked for now and at the next scan, like a change just seen.
+                del self._ahead[lock_id]
+                watch.again = max(watch.again, 2)
+                self._again.add(lock_id)
+                due.add(lock_id)
+            else:
+                due.add(lock_id)
+
     def _look_again(self, lock_ids: list[str]) -> None:
         """Look at these locks at the next scan (their look failed before it rescheduled them)."""
         for lock_id in lock_ids:
@@ -480,6 +564,7 @@ class Watcher:
         if watch.bucket >= 0:
             self._wheel.get(watch.bucket, set()).discard(lock_id)
         self._again.discard(lock_id)
+        self._ahead.pop(lock_id, None)
 
     def _read_many(self, lock_ids: list[str]) -> _Reads:
         """The lease rows, the queues (each from its watermark) and, for lock ids the baseline
@@ -594,7 +679,9 @@ class Watcher:
         if not columns and not queue and not backoff and not shadow:
             if watch.idle_since is None:
                 watch.idle_since, watch.idle_ts = now, watch.index_ts
-            elif now - watch.idle_since > self.orphan_after:
+            elif now - watch.idle_since > self.orphan_after and lock_id not in self._ahead:
+                # (Not while the entry is stamped ahead of global time: the tombstone would carry
+                # that stamp and shadow a contender's re-listing stamped below it.)
                 # Delete exactly the version seen idle first: a contender that listed the lock
                 # again since wrote a newer version, which this tombstone cannot shadow (and the
                 # next index read lists it again, as new).

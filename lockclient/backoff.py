@@ -22,6 +22,7 @@ import enum
 from typing import ClassVar
 
 from lockclient.algorithm import Acquisition, Services, take
+from lockclient.clock import take_ticket_time
 from lockclient.errors import StoreError
 from lockclient.lease import FENCE_COLUMN, HeldLease
 from lockclient.lockid import index_shard, make_owner
@@ -76,7 +77,11 @@ class Backoff:
         """Listing 4 (blocking) or one listing-3 attempt (not blocking)."""
         store, lock_id = attempt.store, attempt.lock_id
         owner = make_owner(runtime=self.s.runtime)
-        stamp = self.s.timestamps.next(self.s.clock.now_us())
+        # The upper end of global time's interval, as the fair queue's index writes: an index entry
+        # stamped below global time could be hidden by an entry written before it (last-write-wins),
+        # and leasewatch notices a new contender by its index entry changing (leasewatch.watcher,
+        # "Index entries stamped ahead").
+        stamp = self.s.timestamps.next(attempt.io(lambda: take_ticket_time(self.s.clock)))
         # Marked: leasewatch reads the baseline's rows only for lock ids listed with this value.
         store.put(Table.INDEX, index_shard(lock_id), lock_id, BACKOFF_INDEX_MARK, timestamp=stamp)
         tries = 1

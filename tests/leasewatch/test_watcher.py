@@ -340,13 +340,20 @@ def test_long_leases_are_looked_at_less_often_and_new_contenders_at_once(
     store: CellStore, clock: FakeMonotonic
 ) -> None:
     """Look period = max(scan interval, lease / 10): 6 s for a 60 s lease. Every enqueue rewrites
-    the lock's index entry, so a new contender is looked at by the very next scan anyway."""
+    the lock's index entry, so a new contender is looked at by the very next scan anyway.
+
+    An entry is stamped with the upper end of global time's interval: until global time has passed
+    that stamp, a later contender's entry may be stamped below it and not change it, so the lock is
+    looked at every scan until then, and at the scan after (as after a change). Here the watcher's
+    clock moves 1 s per scan, so global time passes the stamps at the second scan: three looks."""
     with RemoteLocker(store, lease=60.0) as locker:
         held = [locker.get_lock(f"long-{i}") for i in range(5)]
         w = watcher(store, clock)
         assert w.scan().looked == 5  # new locks are looked at twice (as after any index change)
         clock.now += 1.0
         assert w.scan().looked == 5
+        clock.now += 1.0
+        assert w.scan().looked == 5  # global time passed their stamps at the second: once more
         clock.now += 1.0
         assert w.scan().looked == 0  # nothing due: the index is read, no lock
         # A contender enqueues, gives up, withdraws (its own locker: this thread holds long-0, and
@@ -360,8 +367,8 @@ def test_long_leases_are_looked_at_less_often_and_new_contenders_at_once(
         clock.now += 1.0
         assert w.scan().looked == 2  # once more, in case a queue cell landed after its index entry
         clock.now += 1.0
-        assert w.scan().looked == 0
-        clock.now += 2.0  # 6 s after the second look at the first four
+        assert w.scan().looked == 0  # (stamped below global time as this watcher reads it: no third)
+        clock.now += 2.0  # 6 s after the third look at the first four
         assert w.scan().looked == 4
         for lock in [*held, newcomer]:
             lock.release()
@@ -385,8 +392,9 @@ def test_a_process_dying_with_many_locks_is_revoked_in_a_few_store_calls(
         HOLDER_COLUMN not in row for row in store.read_versioned_many([f"many-{i}" for i in range(200)]).values()
     )
     assert all(store.get(Table.QUEUE, lock.lock_id, lock.ticket) is None for lock in held)
-    # One bulk read per table and one batch of compare-and-sets: no per-lock reads.
-    assert faulty.calls.get("read_row", 0) == 0 and faulty.calls.get("get", 0) == 0
+    # One bulk read per table and one batch of compare-and-sets: no per-lock reads (the one `get`
+    # is the GlobalTime cell, read once per scan).
+    assert faulty.calls.get("read_row", 0) == 0 and faulty.calls.get("get", 0) == 1
     assert faulty.calls["read_versioned_many"] == 1 and faulty.calls["read_rows_many"] == 2
     locker.close()
 

@@ -6,9 +6,10 @@ every primitive has 100,000 judged operations (permits, read and write locks, te
 
 The base is fixed, unlike tests/sim/test_search.py's: each fresh search of this size so far found
 something (CI runs of 2026-11-26: a FIFO violation, a watch's premature ``lost``, a checker's
-mistake — fixed, tests/sim/test_regressions.py — and a dead holder revoked 3 s beyond its bound,
-seed 1676192381, not explained yet), so ``make test`` replays a range that passes on this code and
-fails on a regression, and the fresh searching is ``SIM_PROFILE=primitives SIM_OPS=100000 make sim``.
+mistake, and a dead holder revoked 3 s beyond its bound, seed 1676192381: an index entry stamped
+ahead of global time hid later enqueues from leasewatch — all fixed, tests/sim/test_regressions.py),
+so ``make test`` replays a range that passes on this code and fails on a regression, and the fresh
+searching is ``SIM_PROFILE=primitives SIM_OPS=100000 make sim``.
 The seeds' histories change whenever the code does, so every change still meets new schedules.
 ``--jobs 2``: the seeds run are then the same on every machine (a search stops once the target is
 reached, with the seeds in flight).

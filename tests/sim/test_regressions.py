@@ -24,6 +24,10 @@ SEEDS = [
     (1343306433, "primitives"),
     # A watch reported `lost` from a slow read's completion: the holder renewed while it ran.
     (1424017622, "primitives"),
+    # A dead holder revoked 3.2 s beyond its bound: another client's index entry, stamped 7.2 s ahead
+    # of global time after a pause during a /now round trip, won last-write-wins against every
+    # enqueue for 7 s, so leasewatch kept the busy lock on its idle schedule (orphan_after / 4).
+    (1676192381, "primitives"),
 ]
 
 
