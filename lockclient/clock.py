@@ -322,7 +322,10 @@ class _Replicas:
     that closely (the first answer of a client, and the rare legitimate jump of global time: after
     an outage left it behind). Otherwise it is rejected (logged, counted in :attr:`rejected`) and
     the next replica is asked; it never reaches the floor. A client configured with a single URL
-    accepts its first answer unchecked: there is nobody to compare it with."""
+    accepts its first answer unchecked: there is nobody to compare it with. A client's first
+    answer is not *rejected* while it waits for a second replica's word — every client with several
+    URLs asks twice at start, and calling that "implausible" (a WARNING on every start) cried wolf;
+    it is counted and logged as rejected only if the answer finally accepted disagrees with it."""
 
     def __init__(
         self, urls: str | Sequence[str], timeout: float, max_skew: float, monotonic_ns: Callable[[], int]
@@ -356,20 +359,38 @@ class _Replicas:
         upper = a.value + int(late * (1 + DRIFT if late >= 0 else 1 - DRIFT)) // 1000
         return lower - self._tolerance_us <= b.value <= upper + self._tolerance_us
 
-    def judge(self, url: str, answer: _Answer, others: list[_Answer]) -> bool:
+    def judge(self, url: str, answer: _Answer, others: list[tuple[str, _Answer]]) -> bool:
         """Accept ``answer`` (it becomes the reference) or reject it (counted, logged): plausible
-        against the reference, or agreeing with another replica's answer in ``others``."""
+        against the reference, or agreeing with another replica's answer in ``others`` (the answers
+        of this fetch so far, by URL). With no reference yet, an answer nobody confirmed yet is only
+        held back; the ones the accepted answer disagrees with are rejected then."""
+        outvoted: list[tuple[str, _Answer]] = []
         with self._lock:
             reference = self._reference
             accepted = (
                 (reference is not None and self._agree(reference, answer))
-                or any(self._agree(other, answer) for other in others)
+                or any(self._agree(other, answer) for _, other in others)
                 or (reference is None and len(self.urls) == 1)
             )
             if accepted:
                 self._reference = answer
-                return True
-            self.rejected += 1
+                if reference is None:
+                    outvoted = [(u, other) for u, other in others if not self._agree(answer, other)]
+                    self.rejected += len(outvoted)
+            elif reference is not None:
+                self.rejected += 1
+        if accepted:
+            for other_url, other in outvoted:
+                self._log_rejected(other_url, other, None)
+            return True
+        if reference is None:
+            log.info("timesvc_answer_unconfirmed", url=url, now_us=answer.value, detail="asking another replica")
+        else:
+            self._log_rejected(url, answer, reference)
+        return False
+
+    @staticmethod
+    def _log_rejected(url: str, answer: _Answer, reference: _Answer | None) -> None:
         log.warning(
             "timesvc_answer_rejected",
             url=url,
@@ -377,7 +398,6 @@ class _Replicas:
             reference_us=None if reference is None else reference.value,
             detail="implausible: far from what this client knows of global time, and no other replica agrees",
         )
-        return False
 
     def answered(self, index: int, value: int, errors: list[str]) -> int:
         if index != self.preferred:
@@ -427,7 +447,7 @@ class TimeServiceClock:
         implausible: see :class:`_Replicas`), no extrapolation."""
         replicas = self._replicas
         errors: list[str] = []
-        others: list[_Answer] = []
+        others: list[tuple[str, _Answer]] = []
         # A single URL may be a load-balanced Service: ask it again to compare.
         attempts = replicas.order() if len(replicas.urls) > 1 else replicas.order() * 3
         for index, url in attempts:
@@ -440,7 +460,7 @@ class TimeServiceClock:
             answer = _Answer(value, sent, replicas.monotonic_ns())
             if replicas.judge(url, answer, others):
                 return replicas.answered(index, value, errors)
-            others.append(answer)
+            others.append((url, answer))
             errors.append(f"{url}: implausible now_us {value}")
         raise replicas.failed(errors)
 
@@ -488,7 +508,7 @@ class AsyncTimeServiceClock:
     async def anow_us(self) -> int:
         replicas = self._replicas
         errors: list[str] = []
-        others: list[_Answer] = []
+        others: list[tuple[str, _Answer]] = []
         attempts = replicas.order() if len(replicas.urls) > 1 else replicas.order() * 3
         for index, url in attempts:
             sent = replicas.monotonic_ns()
@@ -500,7 +520,7 @@ class AsyncTimeServiceClock:
             answer = _Answer(value, sent, replicas.monotonic_ns())
             if replicas.judge(url, answer, others):
                 return replicas.answered(index, value, errors)
-            others.append(answer)
+            others.append((url, answer))
             errors.append(f"{url}: implausible now_us {value}")
         raise replicas.failed(errors)
 

@@ -68,9 +68,11 @@ def test_a_lying_replica_asked_first_never_reaches_the_floor() -> None:
 def test_a_replica_that_starts_lying_later_is_rejected_against_what_the_client_knows() -> None:
     world = World()
     lying = {"now": False}
+    # At the cold start a's answer waits for b's word (not a rejection), and b is preferred from
+    # then on: so b is the one that starts lying.
     answers = {
-        "a": lambda real: LIE if lying["now"] else real,
-        "b": honest,
+        "a": honest,
+        "b": lambda real: LIE if lying["now"] else real,
     }
     transport = httpx.MockTransport(world.handler(answers))
     clock = TimeServiceClock(["http://a", "http://b"], transport=transport, max_age=0, monotonic_ns=world.monotonic_ns)
@@ -79,7 +81,7 @@ def test_a_replica_that_starts_lying_later_is_rejected_against_what_the_client_k
     world.advance(10)
     later = [clock.ticket_us() for _ in range(5)]
     assert all(first < t < first + 11 * S for t in later)
-    assert clock.rejected == 1  # then b is preferred
+    assert clock.rejected == 1  # b's first lie; then a is preferred
 
 
 def test_an_answer_slightly_ahead_is_accepted_but_far_ahead_needs_another_replica() -> None:
@@ -89,6 +91,7 @@ def test_an_answer_slightly_ahead_is_accepted_but_far_ahead_needs_another_replic
     clock = TimeServiceClock(["http://a", "http://b"], transport=transport, max_age=0, monotonic_ns=world.monotonic_ns)
     clock.now_us()  # cold start: a's answer waits for b's word; b is preferred from then on
     rejected = clock.rejected
+    assert rejected == 0, "a first answer waiting for a second replica's word is not a rejection"
     offsets["b"] = int(1.5 * S)  # within max_skew + margin (2 s): plausible
     assert clock.now_us() >= world.real_us + S
     offsets["b"] = 600 * S  # far: a disagrees, so rejected
