@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sim.runtime import SimRuntime
-from sim.search import Outcome, run_seed
+from sim.search import Outcome, run_seed, tune_gc
 
 __all__ = ["FINDINGS", "Finding", "Hunt", "hunt"]
 
@@ -192,6 +192,7 @@ class Hunt:
 
 def _init(name: str) -> None:
     FINDINGS[name].restore()
+    tune_gc()
 
 
 def _one(args: tuple[int, str]) -> Outcome:
