@@ -8,7 +8,7 @@ Environment (the Makefile passes it through; flags override):
 * ``SIM_ACQUISITIONS`` (default 100000), ``SIM_SEEDS``, ``SIM_SECONDS`` — when a search stops.
 * ``SIM_PROFILE`` — ``mixed`` (default: every fault family, the deployment varied per seed),
   ``quiet``, ``clocks``, ``unknown``, ``processes``.
-* ``SIM_JOBS`` — worker processes (default: one per CPU).
+* ``SIM_JOBS`` — worker processes (default: one per CPU this process may use).
 * ``SIM_DURATION`` — with ``SIM_SEED``: that many simulated seconds of work instead of the profile's
   (a long horizon; it reports simulated acquisitions per CPU-second).
 

@@ -27,7 +27,7 @@ from sim.nemesis import FaultEvent
 from sim.primitives import enabled
 from sim.scenario import Config, Simulation
 
-__all__ = ["Outcome", "Profile", "config_for_seed", "run_seed", "search", "shrink", "tune_gc"]
+__all__ = ["Outcome", "Profile", "config_for_seed", "run_seed", "search", "shrink", "tune_gc", "usable_cpus"]
 
 SEED_CPU_LIMIT_S = 120
 """A seed that runs longer than this (CPU seconds) is a hang: a violation of its own."""
@@ -178,6 +178,15 @@ def run_seed(
     return outcome, sim
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a CPU set or ``taskset`` narrows them), not the machine's:
+    the default number of search workers."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def _worker(args: tuple[int, str]) -> Outcome:
     return run_seed(*args)[0]
 
@@ -195,7 +204,7 @@ def search(
 ) -> list[Outcome]:
     """Run seeds in parallel until ``acquisitions`` simulated acquisitions, ``ops`` operations of every
     primitive the profile runs, ``max_seeds`` seeds or ``seconds`` of wall time — whichever comes first."""
-    jobs = jobs or max(1, os.cpu_count() or 1)
+    jobs = jobs or usable_cpus()
     outcomes: list[Outcome] = []
     started = time.monotonic()
     total = 0
