@@ -119,8 +119,10 @@ def _encode(member: str, version: int, lease: float) -> str:
     return json.dumps({"m": member, "v": version, "l": lease}, separators=(",", ":"), sort_keys=True)
 
 
+@functools.lru_cache(maxsize=1024)
 def _decode(raw: str) -> tuple[str, float] | None:
-    """(member, lease) of a cell's value; None if malformed."""
+    """(member, lease) of a cell's value; None if malformed. Cached: every refresh decodes all 64
+    partition cells and the members' heartbeats, and most are unchanged since the last one."""
     try:
         data = json.loads(raw)
         return str(data["m"]), float(data["l"])

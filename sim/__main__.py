@@ -8,7 +8,7 @@ Environment (the Makefile passes it through; flags override):
 * ``SIM_ACQUISITIONS`` (default 100000), ``SIM_SEEDS``, ``SIM_SECONDS`` — when a search stops.
 * ``SIM_PROFILE`` — ``mixed`` (default: every fault family, the deployment varied per seed),
   ``quiet``, ``clocks``, ``unknown``, ``processes``.
-* ``SIM_JOBS`` — worker processes (default: one per CPU).
+* ``SIM_JOBS`` — worker processes (default: one per CPU this process may use).
 * ``SIM_DURATION`` — with ``SIM_SEED``: that many simulated seconds of work instead of the profile's
   (a long horizon; it reports simulated acquisitions per CPU-second).
 
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from sim.search import PROFILES, Outcome, run_seed, save_schedule, search, shrink
+from sim.search import PROFILES, Outcome, run_seed, save_schedule, search, shrink, tune_gc
 
 
 def _env_int(name: str) -> int | None:
@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return _hunt(args)
 
     if args.seed is not None:
+        tune_gc()  # this process runs nothing but the simulation
         return _one(args)
     acquisitions = args.acquisitions
     if acquisitions is None and args.seeds is None and args.seconds is None and args.ops is None:

@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Checkers", "HolderState", "WatchLog"]
 
+_QUEUE, _LEASE, _FENCED = Table.QUEUE.value, VersionedTable.LEASE.value, VersionedTable.FENCED.value
+"""The tables the store reports writes to, as it names them (an enum's ``.value`` costs a lookup)."""
+
 FENCED_MAX = "~max-token"
 
 
@@ -157,7 +160,7 @@ class Checkers:
     # -- the store's view ---------------------------------------------------------------------------
 
     def on_write(self, now: int, table: str, row: str, column: str, value: str | None) -> None:
-        if table != Table.QUEUE.value:
+        if table != _QUEUE:
             return
         key = (row, column)
         if value is not None:
@@ -172,10 +175,10 @@ class Checkers:
     def on_cas(
         self, now: int, table: str, row: str, expected: Mapping[str, str | None], updates: Mapping[str, str | None]
     ) -> None:
-        if table == VersionedTable.FENCED.value:
+        if table == _FENCED:
             self._on_fenced(row, updates)
             return
-        if table != VersionedTable.LEASE.value:
+        if table != _LEASE:
             return
         for column in [c for c in updates if is_holder_column(c)]:
             # A lock's holder (``~holder``), or a slot of a semaphore or read-write lock (``~holder:<k>``).

@@ -11,13 +11,12 @@ reports the finding's kind of violation, and says how many seeds and CPU-seconds
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sim.runtime import SimRuntime
-from sim.search import Outcome, run_seed
+from sim.search import Outcome, run_seed, tune_gc, usable_cpus
 
 __all__ = ["FINDINGS", "Finding", "Hunt", "hunt"]
 
@@ -192,6 +191,7 @@ class Hunt:
 
 def _init(name: str) -> None:
     FINDINGS[name].restore()
+    tune_gc()
 
 
 def _one(args: tuple[int, str]) -> Outcome:
@@ -202,7 +202,7 @@ def hunt(name: str, *, base: int, max_seeds: int, max_cpu_s: float | None = None
     """Run seeds ``base, base + 1, ...`` of the finding's profile, with the old behaviour restored
     in the worker processes, until one reports the finding's kind of violation."""
     finding = FINDINGS[name]
-    jobs = jobs or max(1, os.cpu_count() or 1)
+    jobs = jobs or usable_cpus()
     started = time.monotonic()
     cpu = 0.0
     tried = 0

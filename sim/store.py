@@ -424,7 +424,8 @@ class SimStoreClient(CellStore):
         reverse: bool = False,
     ) -> list[Cell]:
         validate_limit(limit)
-        return self._rpc(lambda: self._cells.read_row(table.value, row, start, limit, end, reverse))
+        name = table.value
+        return self._rpc(lambda: self._cells.read_row(name, row, start, limit, end, reverse))
 
     def read_rows_many(
         self,
@@ -440,11 +441,12 @@ class SimStoreClient(CellStore):
         bounds = dict(starts or {})
         wanted = list(dict.fromkeys(rows))
         cells = self._cells
+        name = table.value
 
         def apply() -> dict[str, list[Cell]]:
             out: dict[str, list[Cell]] = {}
             for row in wanted:
-                found = cells.read_row(table.value, row, bounds.get(row, ""), None, None, False)
+                found = cells.read_row(name, row, bounds.get(row, ""), None, None, False)
                 if newer_than is not None:
                     found = [c for c in found if c.timestamp > newer_than]
                 if found:
@@ -458,9 +460,11 @@ class SimStoreClient(CellStore):
     def read_versioned(
         self, row: str, *, table: VersionedTable = VersionedTable.LEASE, serial: bool = True
     ) -> dict[str, str]:
+        name = table.value
+
         def read() -> dict[str, str]:
             # A SERIAL read is a Paxos round: it can answer "unknown" like a write (cas=True).
-            return self._rpc(lambda: self._cells.read_versioned(table.value, row), cas=serial, what="read_versioned")
+            return self._rpc(lambda: self._cells.read_versioned(name, row), cas=serial, what="read_versioned")
 
         if not serial:
             return read()
@@ -473,9 +477,10 @@ class SimStoreClient(CellStore):
         if serial:
             return {row: found for row in wanted if (found := self.read_versioned(row, table=table, serial=True))}
         store = self._cells
+        name = table.value
 
         def apply() -> dict[str, dict[str, str]]:  # one request, as read_rows_many
-            return {row: found for row in wanted if (found := store.read_versioned(table.value, row))}
+            return {row: found for row in wanted if (found := store.read_versioned(name, row))}
 
         return self._rpc(apply)
 
@@ -492,10 +497,11 @@ class SimStoreClient(CellStore):
         check_cas_arguments(expected, updates)
         expected, updates = dict(expected), dict(updates)
         cells = self._cells
+        name = table.value
 
         def send() -> CasResult:
             answer: CasResult = self._rpc(
-                lambda: cells.compare_and_set(table.value, row, expected, updates), cas=True, what="compare_and_set"
+                lambda: cells.compare_and_set(name, row, expected, updates), cas=True, what="compare_and_set"
             )
             return answer if answer.applied else not_applied_answer(updates, answer.current)
 

@@ -36,7 +36,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from greenlet import GreenletExit, greenlet
+from greenlet import GreenletExit, getcurrent, greenlet
 
 if TYPE_CHECKING:
     from sim.runtime import SimRuntime
@@ -83,12 +83,13 @@ class SimTask:
 class Waiter:
     """One wait of the current task: the first :meth:`fire` wins and wakes it with its value."""
 
-    __slots__ = ("done", "task", "world")
+    __slots__ = ("done", "on_timeout", "task", "world")
 
     def __init__(self, world: World) -> None:
         self.world = world
         self.task = world.running()
         self.done = False
+        self.on_timeout: object = False
 
     def fire(self, value: object) -> None:
         if self.done:
@@ -99,8 +100,12 @@ class Waiter:
     def wait(self, timeout_ns: int | None, on_timeout: object = False) -> Any:
         """Block until fired, or until ``timeout_ns`` of real time passed (then ``on_timeout``)."""
         if timeout_ns is not None:
-            self.world.after(timeout_ns, lambda: self.fire(on_timeout))
+            self.on_timeout = on_timeout
+            self.world.after(timeout_ns, self._time_out)
         return self.world.block()
+
+    def _time_out(self) -> None:
+        self.fire(self.on_timeout)
 
 
 class WallClock:
@@ -166,10 +171,7 @@ class Process:
     # -- clocks -----------------------------------------------------------------------------------
 
     def monotonic_ns(self) -> int:
-        return self._mono_base + int((self._world_now() - self._started) * (1.0 + self.mono_rate))
-
-    def _world_now(self) -> int:
-        return self.world.now
+        return self._mono_base + int((self.world.now - self._started) * (1.0 + self.mono_rate))
 
     def real_delay_ns(self, seconds: float) -> int:
         """Real nanoseconds until this process's monotonic clock has advanced ``seconds`` — at
@@ -179,11 +181,12 @@ class Process:
         if seconds <= 0:
             return 0
         rate = 1.0 + self.mono_rate
-        target = self.monotonic_ns() + max(1, math.ceil(seconds * NS))
-        when = self._started + math.ceil((target - self._mono_base) / rate)
-        while self._mono_base + int((when - self._started) * rate) < target:
+        base, started, now = self._mono_base, self._started, self.world.now
+        target = base + int((now - started) * rate) + max(1, math.ceil(seconds * NS))
+        when = started + math.ceil((target - base) / rate)
+        while base + int((when - started) * rate) < target:
             when += 1
-        return max(1, when - self.world.now)
+        return max(1, when - now)
 
     def real_at_monotonic(self, mono_seconds: float) -> int:
         """The virtual (real) time at which this process's monotonic clock reads ``mono_seconds``."""
@@ -299,7 +302,9 @@ class World:
         """Called by the running task: give the hub control until something wakes this task."""
         if self.stopped:
             raise WorldStopped
-        task = self.running()
+        task = self._current
+        if task is None or getcurrent() is not task.glet:
+            raise RuntimeError("a simulated wait outside a simulated task (the hub must never block)")
         if task.dead:
             raise WorldStopped
         hub = self._hub
