@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from lockclient.clock import TIGHT_US
 from tests.faults.checkers import (
     History,
     check_fenced_writes,
@@ -373,7 +374,8 @@ def test_a_ticket_granted_on_the_first_look_may_be_ahead_of_later_reads() -> Non
         violations, _ = check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)
         assert [v.checker for v in violations] == ([] if not waited else ["now-monotonic"]), violations
     # Offset: global time may run up to max_skew ahead; an unsettled ticket by its interval's width more.
-    for ahead_s, kinds in ((1.015, []), (1.06, ["now-offset"])):
+    tight_s = TIGHT_US / 1e6  # the widest interval a ticket is taken from without a fresh answer
+    for ahead_s, kinds in ((1.0 + tight_s - 0.005, []), (1.0 + tight_s + 0.04, ["now-offset"])):
         b = B()
         b.acquire(1.0, 1.001, token=1, owner="a", ticket=f"{int((wall + 1.001 + ahead_s) * 1e6):020d}a", waited=False)
         assert [v.checker for v in check_now(b.history(), max_skew=1.0, wall_minus_mono_ns=1000 * S)[0]] == kinds
