@@ -237,24 +237,42 @@ def test_a_waiting_acquisition_times_out_at_its_deadline_without_waiting_for_its
     then, even when its own greenlet cannot run for a long while (100,000 steps wait ahead, one
     let through per iteration): its clean-up comes in its turn, afterwards."""
 
-    async def scenario() -> None:
+    async def scenario(timeout: float) -> bool:
+        """False when the machine was too slow for the premise: the waiter timed out before it was
+        seen waiting (its enqueue took longer than ``timeout``); then the caller tries a longer one."""
         with RemoteLocker(store, lease=10) as locker:
             holder = await locker.aget_lock("busy")
-            task = asyncio.create_task(locker.aget_lock("busy", timeout=1.0))
-            queued_by = asyncio.get_running_loop().time() + 30
+            task = asyncio.create_task(locker.aget_lock("busy", timeout=timeout))
             while len((await asyncio.to_thread(locker.status, "busy")).queue) < 2:
-                assert asyncio.get_running_loop().time() < queued_by, "the waiter never queued"
+                if task.done():
+                    assert isinstance(task.exception(), LockTimeout), task.exception()
+                    await asyncio.to_thread(holder.release)
+                    return False
                 await asyncio.sleep(0.01)
             pacer, _ = _paced(asyncio.get_running_loop())
             pacer.spent(10.0)  # steps are dear: one per slice
-            ahead = [pacer.turn() for _ in range(100_000)]
+            # A line that never runs dry while the waiter waits: two more turns each loop iteration than
+            # the one let through (a fixed 100,000 drained before the deadline on a quiet machine).
+            ahead = [pacer.turn() for _ in range(1000)]
+            feeding = True
+
+            async def feed() -> None:
+                while feeding:
+                    ahead.extend((pacer.turn(), pacer.turn()))
+                    await asyncio.sleep(0)
+
+            feeder = asyncio.create_task(feed())
             with pytest.raises(LockTimeout):
                 await asyncio.wait_for(task, 25)
-            assert not all(turn.done() for turn in ahead), "the timeout waited for the line"
+            waiting_ahead = sum(not turn.done() for turn in ahead)
+            feeding = False
+            await feeder
+            assert waiting_ahead > 0, "the timeout waited for the line"
             withdrawn_by = asyncio.get_running_loop().time() + 60
             while len((await asyncio.to_thread(locker.status, "busy")).queue) != 1:
                 assert asyncio.get_running_loop().time() < withdrawn_by, "the clean-up never came"
                 await asyncio.sleep(0.05)
             await asyncio.to_thread(holder.release)
+            return True
 
-    asyncio.run(scenario())
+    assert any(asyncio.run(scenario(timeout)) for timeout in (1.0, 4.0, 16.0)), "the waiter never queued in time"
