@@ -76,6 +76,18 @@ class StoreConfig(Protocol):
     def cassandra_username(self) -> str | None: ...
     @property
     def cassandra_password(self) -> SecretLike | None: ...  # pydantic's SecretStr, or Secret
+    @property
+    def cassandra_ssl(self) -> bool: ...
+    @property
+    def cassandra_ssl_ca(self) -> str | None: ...
+    @property
+    def cassandra_ssl_cert(self) -> str | None: ...
+    @property
+    def cassandra_ssl_key(self) -> str | None: ...
+    @property
+    def cassandra_ssl_hostname(self) -> str | None: ...
+    @property
+    def cassandra_ssl_verify(self) -> TlsVerify: ...
 
 
 class ClientConfig(StoreConfig, Protocol):
@@ -113,19 +125,13 @@ def check_store_url(value: str) -> str:
     return value
 
 
-def tls_options(
-    *,
-    ssl: bool,
-    ca: str | None,
-    cert: str | None,
-    key: str | None,
-    hostname: str | None,
-    verify: TlsVerify,
-) -> TlsOptions:
+def tls_options(settings: StoreConfig) -> TlsOptions:
     """The TLS settings (the store URL's ``ssl*`` options override them): on when asked for or
     when any file or name is given; the host name is checked only with full verification."""
+    ca, cert, key = settings.cassandra_ssl_ca, settings.cassandra_ssl_cert, settings.cassandra_ssl_key
+    hostname, verify = settings.cassandra_ssl_hostname, settings.cassandra_ssl_verify
     return TlsOptions(
-        enabled=ssl or any((ca, cert, key, hostname)),
+        enabled=settings.cassandra_ssl or any((ca, cert, key, hostname)),
         ca=ca,
         cert=cert,
         key=key,
@@ -186,14 +192,7 @@ class ClientValues:
     allow_store_clock: bool = False
 
     def tls(self) -> TlsOptions:
-        return tls_options(
-            ssl=self.cassandra_ssl,
-            ca=self.cassandra_ssl_ca,
-            cert=self.cassandra_ssl_cert,
-            key=self.cassandra_ssl_key,
-            hostname=self.cassandra_ssl_hostname,
-            verify=self.cassandra_ssl_verify,
-        )
+        return tls_options(self)
 
     def open_store(self) -> CellStore:
         return open_configured_store(self, self.tls())

@@ -189,14 +189,7 @@ class StoreSettings(BaseSettings):
 
     def tls(self) -> TlsOptions:
         """The TLS settings (the store URL's ``ssl*`` options override them)."""
-        return tls_options(
-            ssl=self.cassandra_ssl,
-            ca=self.cassandra_ssl_ca,
-            cert=self.cassandra_ssl_cert,
-            key=self.cassandra_ssl_key,
-            hostname=self.cassandra_ssl_hostname,
-            verify=self.cassandra_ssl_verify,
-        )
+        return tls_options(self)
 
     def open_store(self) -> CellStore:
         """Open the configured store."""
