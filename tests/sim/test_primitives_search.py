@@ -18,16 +18,12 @@ How long it takes is reported, not asserted (BENCHMARKS.md)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.simrun import run_sim
+
 OPS = 100_000
 BASE = 20261126
 PRIMITIVES = ("election", "once", "rwlock", "semaphore", "watch")
@@ -38,29 +34,12 @@ LIMIT_S = 3000
 @pytest.mark.slow
 @pytest.mark.timeout(LIMIT_S + 60)
 def test_100000_simulated_operations_per_primitive_find_no_violation() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIM_")}
-    started = time.monotonic()
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "sim", "--profile", "primitives", "--ops", str(OPS)),
-            *("--base", str(BASE), "--jobs", "2", "--no-shrink"),
-        ],
-        check=False,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=LIMIT_S,
+    run = run_sim(
+        *("--profile", "primitives", "--ops", str(OPS), "--base", str(BASE), "--jobs", "2", "--no-shrink"),
+        limit_s=LIMIT_S,
     )
-    took = time.monotonic() - started
-    out = done.stdout + done.stderr
-    print(out)
-    lines = done.stdout.rstrip().splitlines()
-    last = lines[-1] if lines else ""
-    found = re.fullmatch(r"sim: (\d+) seeds, (\d+) simulated acquisitions, (\d+) violations", last)
-    assert found, f"no summary line:\n{out[-3000:]}"
-    assert int(found.group(3)) == 0 and done.returncode == 0, f"the search found violations:\n{out[-6000:]}"
-    per_line = next((line for line in lines if line.startswith("sim: operations per primitive: ")), "")
+    assert run.violations == 0 and run.returncode == 0, f"the search found violations:\n{run.output[-6000:]}"
+    per_line = next((line for line in run.lines if line.startswith("sim: operations per primitive: ")), "")
     per = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)", per_line.removeprefix("sim: operations per primitive: "))}
     assert all(per.get(kind, 0) >= OPS for kind in PRIMITIVES), per
-    print(f"{per} operations in {took:.0f} s")
+    print(f"{per} operations in {run.took_s:.0f} s")

@@ -7,16 +7,10 @@ has the figures: the goal is under 5 minutes on an idle 2-core machine)."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.simrun import run_sim
+
 ACQUISITIONS = 100_000
 LIMIT_S = 1800
 """Only a guard against a hang (each seed also has a CPU watchdog): a busy machine may be slow."""
@@ -25,24 +19,7 @@ LIMIT_S = 1800
 @pytest.mark.slow
 @pytest.mark.timeout(LIMIT_S + 60)
 def test_a_fresh_search_of_100000_simulated_acquisitions_finds_no_violation() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIM_")}
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "sim", "--acquisitions", str(ACQUISITIONS), "--no-shrink"],
-        check=False,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=LIMIT_S,
-    )
-    took = time.monotonic() - started
-    out = done.stdout + done.stderr
-    print(out)
-    last = done.stdout.rstrip().splitlines()[-1] if done.stdout.strip() else ""
-    found = re.fullmatch(r"sim: (\d+) seeds, (\d+) simulated acquisitions, (\d+) violations", last)
-    assert found, f"no summary line:\n{out[-3000:]}"
-    _seeds, acquisitions, violations = map(int, found.groups())
-    assert violations == 0 and done.returncode == 0, f"the search found violations:\n{out[-6000:]}"
-    assert acquisitions >= ACQUISITIONS
-    print(f"{acquisitions} simulated acquisitions in {took:.0f} s")
+    run = run_sim("--acquisitions", str(ACQUISITIONS), "--no-shrink", limit_s=LIMIT_S)
+    assert run.violations == 0 and run.returncode == 0, f"the search found violations:\n{run.output[-6000:]}"
+    assert run.acquisitions >= ACQUISITIONS
+    print(f"{run.acquisitions} simulated acquisitions in {run.took_s:.0f} s")
