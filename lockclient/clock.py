@@ -195,15 +195,30 @@ class Extrapolator:
         if not fresh:
             return self.sample()
         lower, upper = self._bounds(fresh, now)
-        if upper - lower > TIGHT_US:
+        for loose_us in (TIGHT_US, None):
+            if upper - lower <= (loose_us or self._usual_width_us()):
+                break
             # Only loose answers at hand (their round trips were slow: a paused replica, a
             # delayed link, a busy machine): settling on one would wait that long, and a fresh
-            # answer — from whichever replica answers now — usually narrows it.
+            # answer — from whichever replica answers now — usually narrows it. A second one
+            # only when the first was itself far slower than this source's usual round trip:
+            # this process was paused between sending and the answer (or while the request
+            # waited to be sent), and once the older answers have expired its interval is as
+            # wide as the pause. Taken as the ticket, that width would put this process that
+            # far behind everyone (and the ticket floor would keep it there).
             self.sample()
             now = self._monotonic_ns()
             fresh, _ = self._fresh(now)
             lower, upper = self._bounds(fresh, now)
         return upper
+
+    def _usual_width_us(self) -> int:
+        """The widest interval a second fresh answer is not worth: four times the fastest round
+        trip this clock remembers (expired answers included), at least :data:`TIGHT_US` — so a
+        steadily slow source costs one extra answer per loose ticket, as before, never two."""
+        with self._lock:
+            fastest = min(((arrived - sent) // 1000 for _, sent, arrived in self._samples), default=0)
+        return max(TIGHT_US, 4 * fastest)
 
     def _bounds(self, fresh: list[tuple[int, int, int]], now: int) -> tuple[int, int]:
         lower = max(self._lower(v, arrived, now) for v, _, arrived in fresh)

@@ -139,6 +139,62 @@ def test_a_loose_interval_is_narrowed_by_a_fresh_answer_not_waited_out() -> None
     assert clock.settle(ticket) <= 0.0011 and world.g() >= ticket
 
 
+class PausingSource(Source):
+    """Answers in 1 ms, except that the next ``pauses`` fetches stall ``pause_us`` first: the
+    process was stopped after noting the send time and before the request left (the value is
+    then global time at the end of the stall)."""
+
+    def __init__(self, world: World, pause_us: int) -> None:
+        super().__init__(world)
+        self.rtt_us, self.position = 1_000, 0.5
+        self.pause_us = pause_us
+        self.pauses = 0
+
+    def fetch(self) -> int:
+        if self.pauses:
+            self.pauses -= 1
+            self.world.mono += self.pause_us * 1000
+        return super().fetch()
+
+
+def test_a_pause_inside_the_fresh_answer_is_not_taken_as_the_ticket() -> None:
+    """A loose interval asks for a fresh answer, and this process is paused 3 s inside that round
+    trip: once the older answers have expired, the interval is 3 s wide and its upper end 3 s
+    ahead of global time. Taken as the ticket (and kept by the ticket floor), it would queue this
+    process 3 s behind everybody. One more answer — the pause is over — narrows it."""
+    world = World()
+    source = PausingSource(world, pause_us=3_000_000)
+    clock = make(world, source)
+    for _ in range(3):  # the source's usual round trip: 1 ms; these answers have expired since
+        clock.sample()
+        world.mono += 1_000_000_000
+    source.rtt_us = 300_000  # a loose answer (a replica slow for a moment), 0.5 s ago
+    clock.sample()
+    source.rtt_us = 1_000
+    world.mono += 500_000_000
+    source.pauses = 1
+    invoked = world.g()
+    ticket = clock.ticket_us()
+    assert ticket >= invoked
+    assert clock.fetches == 6, "the answer slowed by the pause was not followed by a fresh one"
+    assert ticket - world.g() <= 1_000 * (1 + 3 * DRIFT) + 1, "a ticket as far ahead as the pause"
+    assert clock.settle(ticket) <= 0.0011
+
+
+def test_a_steadily_slow_source_costs_one_fresh_answer_per_loose_ticket() -> None:
+    """Every answer takes 300 ms (a loaded ring): a loose ticket asks once, as before; the second
+    answer is for a round trip far slower than usual, not for one that is merely slow."""
+    world = World()
+    source = Source(world)
+    clock = make(world, source)
+    source.rtt_us, source.position = 300_000, 0.5
+    clock.sample()
+    world.mono += 500_000_000
+    before = clock.fetches
+    ticket = clock.ticket_us()
+    assert clock.fetches == before + 1 and ticket >= world.g()
+
+
 def test_without_extrapolation_every_ticket_is_a_fresh_answer() -> None:
     world = World()
     source = Source(world)
