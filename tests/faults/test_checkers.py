@@ -56,6 +56,8 @@ class B:
         error: str = "",
         lock: str = LOCK,
         waited: bool = True,
+        enqueued: float | None = None,
+        looked: float | None = None,
     ) -> str:
         self._n += 1
         op = f"{proc}:{self._n}"
@@ -67,6 +69,8 @@ class B:
                 grant, "ok", proc, pid, op="acquire", id=op, lock=lock, mode=mode, owner=owner, token=token,
                 ticket=ticket or f"{int(invoke * 1e6):020d}{owner}", until=int((until or grant + 2) * S),
                 waited=waited,
+                **({} if enqueued is None else {"enqueued": int(enqueued * S)}),
+                **({} if looked is None else {"looked": int(looked * S)}),
             )  # fmt: skip
         else:
             self.ev(grant, outcome, proc, pid, op="acquire", id=op, lock=lock, mode=mode, error=error)
@@ -264,6 +268,30 @@ def test_fifo_ignores_waiters_whose_queue_cell_may_not_have_been_written_yet() -
     b.acquire(0.0, 3.0, proc="w2", pid=2, token=3, owner="b", ticket=f"{2_000_000:020d}b")
     b.acquire(1.0, 2.0, proc="w3", pid=3, token=2, owner="c", ticket=f"{2_010_000:020d}c")
     assert check_fifo(b.history(), enqueue_margin=0.5) == []
+
+
+def test_fifo_judges_by_when_the_cell_was_written_and_the_look_began_where_recorded() -> None:
+    """A fresh clone at load ~50: w3.1 took its ticket, then its process got no CPU for 2 s before
+    its queue cell was written; w8.1's re-takes looked (and were granted) in between. Their tickets
+    were 2.3 s apart, so the ticket-age rule called it a FIFO violation. The recorded moments show
+    the look began before the cell existed: nothing to see, nothing broken."""
+    b = B()
+    b.acquire(0.0, 3.0, proc="w2", pid=2, token=3, owner="a", ticket=f"{1_000_000:020d}a", enqueued=2.9)
+    b.acquire(2.0, 2.05, proc="w3", pid=3, token=2, owner="b", ticket=f"{3_300_000:020d}b", looked=2.01)
+    assert check_fifo(b.history(), enqueue_margin=1.0) == []
+
+
+def test_fifo_flags_a_look_that_began_after_the_earlier_cell_was_written_however_close_the_tickets() -> None:
+    b = B()  # tickets 10 ms apart (the ticket-age rule would let it pass), cell written before the look
+    b.acquire(0.0, 3.0, proc="w2", pid=2, token=3, owner="a", ticket=f"{2_000_000:020d}a", enqueued=0.02)
+    b.acquire(1.0, 1.1, proc="w3", pid=3, token=2, owner="b", ticket=f"{2_010_000:020d}b", looked=1.05)
+    found = check_fifo(b.history(), enqueue_margin=1.0)
+    assert len(found) == 1 and "its cell written 1.030s before that grant's look began" in found[0].message
+    # An overtaker with the *smaller* ticket is not FIFO's business, whatever the moments say.
+    b2 = B()
+    b2.acquire(0.0, 3.0, proc="w2", pid=2, token=3, owner="a", ticket=f"{2_010_000:020d}a", enqueued=0.02)
+    b2.acquire(1.0, 1.1, proc="w3", pid=3, token=2, owner="b", ticket=f"{2_000_000:020d}b", looked=1.05)
+    assert check_fifo(b2.history(), enqueue_margin=1.0) == []
 
 
 # -- liveness --------------------------------------------------------------------------------------

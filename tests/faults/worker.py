@@ -66,6 +66,17 @@ def pause(seconds: float) -> None:
         threading.Event().wait(seconds)
 
 
+def _moments(lock: RemoteLock) -> dict[str, int]:
+    """When the grant's queue cell was written and its deciding look began (monotonic ns, like every
+    event's ``t``: libfaketime leaves the monotonic clock alone), for the FIFO checker."""
+    out = {}
+    for field, attr in (("enqueued", "enqueued_at"), ("looked", "looked_at")):
+        moment = getattr(lock, attr, None)
+        if moment is not None:
+            out[field] = int(moment * NS)
+    return out
+
+
 def pick_lock(rng: random.Random, locks: list[str]) -> str:
     """The first lock id is hot (a third of all attempts: long queues, FIFO under contention);
     the rest share the remainder (short queues, fast hand-offs: the run reaches its size)."""
@@ -171,6 +182,7 @@ class Worker:
         self.rec.emit(
             "ok", op="acquire", id=op, lock=lock.lock_id, mode=mode, owner=lock.owner, token=lock.fencing_token,
             ticket=getattr(lock, "ticket", None), waited=lock.waited, until=int(lock.valid_until * NS),
+            **_moments(lock),
         )  # fmt: skip
         sampler.add(lock)
         owner, lock_id, rec = lock.owner, lock.lock_id, self.rec
