@@ -405,7 +405,8 @@ class Worker:
             return 0
         self.rec.emit("proc_start", kind=self.args.kind, wall_ns=time.time_ns())
         stop = threading.Event()
-        readers = []
+        readers = [threading.Thread(target=stall_monitor, args=(self.rec, stop), daemon=True)]
+        readers[0].start()
         if self.args.now_urls:
             reader = threading.Thread(
                 target=now_reader, args=(self.rec, self.args.now_urls.split(","), self.args.now_period, stop)
@@ -430,6 +431,28 @@ class Worker:
                 reader.join(timeout=5)
             self.rec.emit("proc_done", ops=self.ops)
         return 0
+
+
+STALL_THRESHOLD_S = 0.5
+"""Like the harness's own probe (``Settings.stall_threshold``): a 50 ms sleep of this process
+that took this much longer is a stall of this process."""
+
+
+def stall_monitor(rec: Recorder, stop: threading.Event) -> None:
+    """Record the stalls of this very process — no CPU for it on a busy machine (the harness's
+    monitor sees only its own) — as observed faults on it, as if the nemesis had paused it: the
+    checkers then judge its FIFO order and its waits the way they judge a paused process's."""
+    n = 0
+    while not stop.is_set():
+        started = time.monotonic_ns()
+        stop.wait(0.05)
+        late = (time.monotonic_ns() - started) / 1e9 - 0.05
+        if late > STALL_THRESHOLD_S:
+            n += 1
+            fid = f"{rec.proc}.stall{n}"
+            rec.emit("fault_start", fid=fid, fault="stall", name="observed-stall", target=rec.proc,
+                     pids=[rec.pid], params={"host_s": round(late, 3)}, t_start=started)  # fmt: skip
+            rec.emit("fault_end", fid=fid)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
