@@ -31,6 +31,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -288,6 +289,11 @@ def _caller() -> object:
     if greenlets is not None:
         return greenlets.getcurrent()
     return threading.current_thread()
+
+
+def _notify(notice: asyncio.Future[None], *_: object) -> None:
+    if not notice.done():
+        notice.set_result(None)
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -556,15 +562,11 @@ class RemoteLocker:
     ) -> RemoteLock | None:
         import asyncio
 
-        from lockclient.runtime.aio import AsyncioRuntime, Progress, run_in_greenlet
+        from lockclient.runtime.aio import AsyncioRuntime, Progress, _Run
 
         runtime = AsyncioRuntime.current()
+        loop = runtime.loop
         deadline = None if timeout is None else runtime.monotonic() + timeout
-        # A burst of calls (a thousand tasks started together) comes onto the loop in slices:
-        # each waits here, a future, until its turn (lockclient.runtime.aio, _Pacer) — and never
-        # past its deadline, having done nothing that needs undoing.
-        if not await runtime.pacer.admit(deadline):
-            raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
         cancel = runtime.event()
         abandoned = False
         progress = Progress()
@@ -582,66 +584,92 @@ class RemoteLocker:
                 payload=payload,
             )
 
-        def release_if_abandoned(task: asyncio.Future[RemoteLock | None]) -> None:
-            if abandoned and not task.cancelled() and task.exception() is None:
-                lock = task.result()
+        # The acquisition runs in a greenlet driven by callbacks (lockclient.runtime.aio, _Run),
+        # not by a task: its first step, and every step after a wait, takes its turn at the loop's
+        # pacer — a burst of a thousand calls comes onto the loop in slices. It learns of the
+        # caller's cancellation or timeout through `cancel`, and cleans up (withdraws its queue
+        # cell) by itself; its outcome is `run.result`, which this coroutine never awaits
+        # directly (a cancellation of the caller must not cancel it).
+        run: _Run[RemoteLock | None] = _Run(runtime, acquire, on_cancel=cancel.set, progress=progress)
+        result = run.result
+
+        def settled(future: asyncio.Future[RemoteLock | None]) -> None:
+            if future.cancelled():
+                return  # dropped before its first step: it did nothing
+            error = future.exception()
+            if not abandoned:
+                return  # the caller takes the outcome
+            if error is None:
+                lock = future.result()
                 if lock is not None:
                     # Granted, but the caller is gone: nobody else will ever release it.
                     runtime.submit_blocking(lock.release)
+            elif not isinstance(error, LockCancelled | LockTimeout):
+                # Nobody awaits it any more (the caller has had its LockTimeout or was cancelled):
+                # an error of its clean-up (the store closed meanwhile) is logged, never left to
+                # asyncio as an unretrieved exception.
+                log.warning("abandoned_acquisition_failed", lock_id=lock_id, error=repr(error))
 
-        async def acquisition() -> RemoteLock | None:
-            try:
-                return await run_in_greenlet(acquire, on_cancel=cancel.set, admitted=True, progress=progress)
-            except (LockCancelled, LockTimeout):
-                if abandoned:
-                    return None  # its clean-up is done, and nobody awaits the outcome any more
-                raise
-            except Exception as exc:
-                if abandoned:
-                    # Nobody awaits it any more (the caller has had its LockTimeout or was
-                    # cancelled): an error of its clean-up (the store closed meanwhile) is logged,
-                    # never left to asyncio as an unretrieved task exception.
-                    log.warning("abandoned_acquisition_failed", lock_id=lock_id, error=repr(exc))
-                    return None
-                raise
-
-        # The acquisition runs as a task of its own, shielded from the caller's cancellation: it
-        # learns of it through `cancel`, and cleans up (withdraws its queue cell) by itself.
-        task = asyncio.ensure_future(acquisition())
-        task.add_done_callback(release_if_abandoned)
+        result.add_done_callback(settled)
+        notice: asyncio.Future[None] = loop.create_future()
+        result.add_done_callback(partial(_notify, notice))
+        timer: asyncio.TimerHandle | None = None
+        if deadline is not None:
+            # The deadline's wake-up takes its turn at the pacer too (a thousand deadlines that
+            # fall together wake their callers a slice at a time, not all in one iteration).
+            timer = loop.call_at(
+                loop.time() + max(0.0, deadline - runtime.monotonic()), runtime.pacer.wake, partial(_notify, notice)
+            )
+        runtime.start(run)
         try:
-            if deadline is None:
-                return await asyncio.shield(task)
-            # The acquisition honours its deadline by itself, but what it does after it — a last
-            # look, withdrawing its queue cell — is store calls, which can queue behind other
-            # work (a thousand waiters timing out at once, the renewals of their leases): 0.4 s
-            # late in issue 25. So the caller gets its LockTimeout TIMEOUT_GRACE_S after the
-            # deadline at the latest; the acquisition is then told to stop, finishes its
-            # clean-up in the background, and a grant that lands after all is released.
-            # An acquisition that merely waits at its deadline (no store call of its own under way)
-            # has nothing that could still grant it the lock: LockTimeout now, its clean-up in the
-            # background — not after it had its turn on the loop (lockclient.runtime.aio, _Pacer)
-            # behind a thousand others whose deadlines fell at the same moment.
-            await asyncio.wait([task], timeout=max(0.0, deadline - runtime.monotonic()))
-            if not task.done() and progress.in_io:
-                await asyncio.wait([task], timeout=max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()))
-            if task.done():
-                return task.result()
-            cancel.set()
+            await notice
+            if not result.done() and progress.in_io:
+                # The acquisition honours its deadline by itself, but what it does after it — a
+                # last look, withdrawing its queue cell — is store calls, which can queue behind
+                # other work (a thousand waiters timing out at once, the renewals of their leases):
+                # 0.4 s late in issue 25. One with a store call of its own under way (a grant may be
+                # landing) gets TIMEOUT_GRACE_S more; one that merely waits has nothing that could
+                # still grant it the lock: LockTimeout now, its clean-up in the background — not
+                # after it had its turn on the loop behind a thousand others whose deadlines fell
+                # at the same moment.
+                assert deadline is not None
+                notice = loop.create_future()
+                result.add_done_callback(partial(_notify, notice))
+                timer = loop.call_at(
+                    loop.time() + max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()),
+                    partial(_notify, notice, None),
+                )
+                await notice
+            if result.done():
+                if result.cancelled():  # (only a drop cancels it, and only below)
+                    raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
+                return result.result()
             abandoned = True
+            cancel.set()
+            if run.drop():
+                # Its first turn never came: nothing was written, nothing to clean up.
+                raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
             raise LockTimeout(
                 "timed out waiting for the lock (its clean-up finishes in the background)", lock_id=lock_id
             )
         except asyncio.CancelledError:
             # No await may stand between here and `abandoned = True`: a second cancellation
             # landing on it would leave a granted lock renewed forever.
-            cancel.set()
             abandoned = True
-            if task.done():
-                release_if_abandoned(task)
-            with contextlib.suppress(BaseException):  # cancelled again, or the acquisition's LockCancelled
-                await asyncio.shield(task)  # let the acquisition finish its clean-up, if we may wait
+            cancel.set()
+            if run.drop():
+                raise
+            if result.done():
+                settled(result)
+                raise
+            # Let the acquisition finish its clean-up, if we may wait (cancelled again: we go, and
+            # it finishes in the background).
+            with contextlib.suppress(BaseException):
+                await asyncio.wait([result])
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def status(self, lock_id: str) -> LockStatus:
         """Holder, fencing token, queue in order and leases of one lock (linearizable lease row)."""

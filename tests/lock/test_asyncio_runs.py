@@ -1,0 +1,151 @@
+"""Issue 25, item 2: an ``aget_lock`` acquisition is a greenlet driven by callbacks (``_Run``), not
+a task of its own; deadlines reach their callers a slice at a time. Every check is counted or
+ordered, never timed: how many tasks exist while hundreds wait, how many ``LockTimeout`` are
+raised between two turns of another task, what is left in the store after ``asyncio.run``
+returns, whose name an owner carries, and which context the algorithm runs in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from lockclient import CellStore, LockTimeout, RemoteLocker, open_store
+from lockclient.runtime import aio
+from lockclient.runtime.aio import AsyncioRuntime, _Pacer, run_in_greenlet
+from lockclient.store import Table
+from tests.lock.test_asyncio_pacing import StepClock, Turns
+from tests.support.faulty import FaultyStore
+
+WAITERS = 300
+
+
+@pytest.fixture
+def store(sqlite_url: str) -> Iterator[CellStore]:
+    with open_store(sqlite_url) as s:
+        yield s
+
+
+async def _queued(locker: RemoteLocker, lock_id: str, n: int) -> None:
+    """Until ``n`` cells are in the lock's queue (polled on a thread: never a store call on the loop)."""
+    by = asyncio.get_running_loop().time() + 120
+    while len((await asyncio.to_thread(locker.status, lock_id)).queue) < n:
+        assert asyncio.get_running_loop().time() < by, f"fewer than {n} queue cells after 120 s"
+        await asyncio.sleep(0.02)
+
+
+def test_waiting_acquisitions_are_no_tasks_of_their_own(store: CellStore) -> None:
+    """300 ``aget_lock`` waiters on a held lock: the loop holds the callers' 300 tasks and a
+    handful of chronolock's own — not a second task per waiter — and all are served in ticket
+    order once the holder releases."""
+
+    async def scenario() -> None:
+        with RemoteLocker(store, lease=10) as locker:
+            holder = await locker.aget_lock("runs")
+            tasks_before = len(asyncio.all_tasks())
+            granted: list[str] = []
+
+            async def waiter() -> None:
+                async with await locker.aget_lock("runs", timeout=300) as lock:
+                    granted.append(lock.ticket)
+
+            callers = [asyncio.create_task(waiter()) for _ in range(WAITERS)]
+            await _queued(locker, "runs", WAITERS + 1)
+            extra = len(asyncio.all_tasks()) - tasks_before - WAITERS
+            assert extra <= 5, f"{extra} tasks besides the {WAITERS} callers' (a task per waiter?)"
+            await asyncio.to_thread(holder.release)
+            await asyncio.wait_for(asyncio.gather(*callers), 300)
+            assert len(granted) == WAITERS and granted == sorted(granted), "grants out of ticket order"
+
+    asyncio.run(scenario())
+
+
+def test_deadlines_that_fall_together_reach_their_callers_a_slice_at_a_time(store: CellStore) -> None:
+    """300 waiters with the same deadline: all get LockTimeout, but never more of them between two
+    turns of another task than a slice has room for (each wake-up counts ``WAKE_COST_S``) — not
+    all 300 task steps in one loop iteration — and every queue cell is withdrawn afterwards."""
+
+    async def scenario() -> None:
+        with RemoteLocker(store, lease=10) as locker:
+            loop = asyncio.get_running_loop()
+            runtime = AsyncioRuntime.current()
+            # Steps cost nothing by this clock: only the wake-ups' counted cost fills a slice.
+            runtime.pacer = _Pacer(loop, slice_s=0.002, clock=StepClock(0.0))
+            per_slice = round(0.002 / aio.WAKE_COST_S)
+            holder = await locker.aget_lock("deadline")
+            raised: Counter[int] = Counter()
+            with Turns() as turns:
+
+                async def expires() -> None:
+                    with pytest.raises(LockTimeout):
+                        await locker.aget_lock("deadline", timeout=3.0)
+                    raised[turns.count] += 1
+
+                await asyncio.wait_for(asyncio.gather(*(expires() for _ in range(WAITERS))), 300)
+            assert sum(raised.values()) == WAITERS
+            # One count of the other task's turns may span two iterations.
+            assert max(raised.values()) <= 2 * per_slice + 2, f"{max(raised.values())} between two turns: {raised}"
+            await asyncio.to_thread(holder.release)
+            by = loop.time() + 120
+            while (await asyncio.to_thread(locker.status, "deadline")).queue:
+                assert loop.time() < by, "the timed-out waiters' cells were never withdrawn"
+                await asyncio.sleep(0.05)
+
+    asyncio.run(scenario())
+
+
+def test_an_abandoned_clean_up_finishes_before_asyncio_run_returns(store: CellStore) -> None:
+    """A waiter times out while its withdrawal hangs in the store, and the application's
+    ``asyncio.run`` returns right after the LockTimeout: the run cleaning up has no task that
+    ``asyncio.run`` could cancel and wait for, so chronolock's own watcher does — the queue cell
+    is gone when ``asyncio.run`` returns, and no lease is left renewed."""
+    faulty = FaultyStore(store)
+    stalled, unstall = threading.Event(), threading.Event()
+
+    def stall(*args: object, **kwargs: object) -> None:
+        stalled.set()
+        unstall.wait(30)
+
+    def queue_delete(table: Table, *args: object, **kwargs: object) -> bool:
+        return table is Table.QUEUE
+
+    with RemoteLocker(store, lease=5) as first, RemoteLocker(faulty, lease=5) as second:
+        holder = first.get_lock("abandoned")
+
+        async def scenario() -> None:
+            faulty.arm("delete", before=stall, when=queue_delete)
+            with pytest.raises(LockTimeout):
+                await asyncio.wait_for(second.aget_lock("abandoned", timeout=0.5), 60)
+            assert await asyncio.to_thread(stalled.wait, 30), "the withdrawal never reached the store"
+            # asyncio.run now cancels what is left and waits for it; the store answers meanwhile.
+            threading.Timer(0.5, unstall.set).start()
+
+        asyncio.run(scenario())
+        assert unstall.is_set(), "asyncio.run returned before the store answered the withdrawal"
+        assert [q.owner for q in first.status("abandoned").queue] == [holder.owner]
+        assert not second._services.keeper._waiters, "a withdrawn waiter's lease is still being renewed"
+        holder.release()
+
+
+def test_a_run_names_the_calling_task_and_sees_its_context() -> None:
+    """An acquisition runs in no task, yet inside it the runtime's task name is the task that
+    started it (who asked, as a thread's name is on threads), and it runs in a copy of the
+    caller's context (contextvars such as structured-log bindings) — set after the copy, a value
+    is not seen."""
+    request = contextvars.ContextVar("request", default="none")
+
+    async def scenario() -> None:
+        async def billing() -> tuple[str, str]:
+            runtime = AsyncioRuntime.current()
+            request.set("r-42")
+            return await run_in_greenlet(lambda: (runtime.task_name(), request.get()))
+
+        assert await asyncio.create_task(billing(), name="billing-7") == ("billing-7", "r-42")
+        assert request.get() == "none"
+
+    asyncio.run(scenario())
