@@ -63,6 +63,7 @@ class Ticker:
     """CPU time of the loop's thread between two ticks, less the 1 ms: the longest stretch of work on
     the loop, which the machine's load does not inflate (a descheduled thread, or one waiting for
     the GIL, uses no CPU) — what this code alone would make the loop late by."""
+    threads_max: int = 0
     busy_less_gc: list[float] = field(default_factory=list)
     """:attr:`busy` less the CPU time of the garbage collections that ran in the loop's thread meanwhile."""
     full_gc: list[float] = field(default_factory=list)

@@ -590,15 +590,18 @@ class RemoteLocker:
         # caller's cancellation or timeout through `cancel`, and cleans up (withdraws its queue
         # cell) by itself; its outcome is `run.result`, which this coroutine never awaits
         # directly (a cancellation of the caller must not cancel it).
-        run: _Run[RemoteLock | None] = _Run(runtime, acquire, on_cancel=cancel.set, progress=progress)
-        result = run.result
+
+        dealt_with = False
 
         def settled(future: asyncio.Future[RemoteLock | None]) -> None:
+            # Called when the run ends, and by the caller leaving once it has ended: once only.
+            nonlocal dealt_with
             if future.cancelled():
                 return  # dropped before its first step: it did nothing
             error = future.exception()
-            if not abandoned:
+            if not abandoned or dealt_with:
                 return  # the caller takes the outcome
+            dealt_with = True
             if error is None:
                 lock = future.result()
                 if lock is not None:
@@ -610,9 +613,14 @@ class RemoteLocker:
                 # asyncio as an unretrieved exception.
                 log.warning("abandoned_acquisition_failed", lock_id=lock_id, error=repr(error))
 
-        result.add_done_callback(settled)
         notice: asyncio.Future[None] = loop.create_future()
-        result.add_done_callback(partial(_notify, notice))
+
+        def finished(future: asyncio.Future[RemoteLock | None]) -> None:
+            _notify(notice)  # (the one the caller awaits now)
+            settled(future)
+
+        run: _Run[RemoteLock | None] = _Run(runtime, acquire, on_cancel=cancel.set, progress=progress, on_done=finished)
+        result = run.result
         timer: asyncio.TimerHandle | None = None
         if deadline is not None:
             # The deadline's wake-up takes its turn at the pacer too (a thousand deadlines that
@@ -634,7 +642,6 @@ class RemoteLocker:
                 # at the same moment.
                 assert deadline is not None
                 notice = loop.create_future()
-                result.add_done_callback(partial(_notify, notice))
                 timer = loop.call_at(
                     loop.time() + max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()),
                     partial(_notify, notice, None),
