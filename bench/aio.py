@@ -5,7 +5,9 @@ time from the store; waiters wake each other with the library's local wake-ups).
 runs on the loop throughout: its lateness (how much later than 1 ms ``await asyncio.sleep(0.001)``
 returned) is the loop's lag for other work. Phases, in one run:
 
-1. **baseline** — the ticker alone, 3 s: what this machine adds by itself;
+1. **baseline** — the ticker alone, 3 s: what this machine adds by itself; then **burst, no
+   lock** — N tasks started at once that only await a future: the application's own share of
+   the enqueue burst below (asyncio's N first task steps in one loop iteration);
 2. **enqueue** — N waiters call ``aget_lock`` at the same moment on a held lock, until all are
    in the queue (the burst: N acquisitions' work on one loop);
 3. **waiting** — 5 s while all N wait; also the latency of 20 unrelated ``asyncio.to_thread``
@@ -155,6 +157,20 @@ async def _measure(n: int, store_url: str) -> dict[str, Any]:
         phases["baseline"] = {}
         with ticker.phase(phases["baseline"]):
             await asyncio.sleep(3)
+
+        # The application's own share of a burst: N tasks started at once that only await a future
+        # (asyncio's task steps and the benchmark's coroutines; no lock at all).
+        phases["burst, no lock"] = {}
+        with ticker.phase(phases["burst, no lock"]):
+            gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            async def idle() -> None:
+                await gate
+
+            idlers = [asyncio.create_task(idle()) for _ in range(n)]
+            await asyncio.sleep(0.2)
+            gate.set_result(None)
+            await asyncio.gather(*idlers)
 
         holder = await locker.aget_lock("one")
         finished: list[str] = []

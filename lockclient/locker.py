@@ -31,7 +31,6 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -69,6 +68,7 @@ if TYPE_CHECKING:
     from lockclient.election import Election
     from lockclient.events import LockEvent
     from lockclient.permits import Permit
+    from lockclient.runtime.aio import AsyncioRuntime
 
 # asyncio and the asyncio runtime (greenlet) are imported by the async methods that use them:
 # an application that never awaits a lock does not pay for them at import (issue 25: import time).
@@ -291,9 +291,101 @@ def _caller() -> object:
     return threading.current_thread()
 
 
-def _notify(notice: asyncio.Future[None], *_: object) -> None:
-    if not notice.done():
-        notice.set_result(None)
+class _AsyncAcquisition:
+    """What one ``aget_lock``/``atry_get_lock`` shares between its caller (a coroutine) and its
+    run (a greenlet): an object with slots rather than closures — a thousand waiters are a
+    thousand of these, and every closure cell is one more object for CPython's collector to walk."""
+
+    __slots__ = (
+        "abandoned",
+        "blocking",
+        "cancel",
+        "deadline",
+        "dealt_with",
+        "label",
+        "lock_id",
+        "locker",
+        "max_hold",
+        "min_hold",
+        "notice",
+        "payload",
+        "progress",
+        "runtime",
+    )
+
+    def __init__(
+        self,
+        locker: RemoteLocker,
+        lock_id: str,
+        deadline: float | None,
+        max_hold: float | None,
+        blocking: bool,
+        runtime: AsyncioRuntime,
+        min_hold: float | None,
+        label: str,
+        payload: str,
+    ) -> None:
+        from lockclient.runtime.aio import Progress
+
+        self.locker = locker
+        self.lock_id = lock_id
+        self.deadline = deadline
+        self.max_hold = max_hold
+        self.blocking = blocking
+        self.runtime = runtime
+        self.min_hold = min_hold
+        self.label = label
+        self.payload = payload
+        self.cancel = runtime.event()
+        self.progress = Progress()
+        self.abandoned = False
+        """The caller has gone (LockTimeout, cancelled): the outcome is nobody's but ours."""
+        self.dealt_with = False
+        self.notice: asyncio.Future[None] = runtime.loop.create_future()
+        """What the caller awaits now: resolved when the run ends, or by a deadline."""
+
+    def acquire(self) -> RemoteLock | None:
+        """The run's function (in its greenlet)."""
+        return self.locker._acquire(
+            self.lock_id,
+            self.deadline,
+            self.cancel,
+            self.max_hold,
+            blocking=self.blocking,
+            runtime=self.runtime,
+            min_hold=self.min_hold,
+            label=self.label,
+            payload=self.payload,
+        )
+
+    def notify(self) -> None:
+        if not self.notice.done():
+            self.notice.set_result(None)
+
+    def finished(self, result: asyncio.Future[RemoteLock | None]) -> None:
+        """The run has ended (its ``on_done``)."""
+        self.notify()
+        self.settled(result)
+
+    def settled(self, result: asyncio.Future[RemoteLock | None]) -> None:
+        """When the run ends, and by the caller leaving once it has ended: acts once, and only
+        for an outcome nobody awaits any more."""
+        if result.cancelled():
+            return  # dropped before its first step: it did nothing
+        error = result.exception()
+        if not self.abandoned or self.dealt_with:
+            return  # the caller takes the outcome
+        self.dealt_with = True
+        if error is None:
+            lock = result.result()
+            if lock is not None:
+                # Granted, but the caller is gone: nobody else will ever release it.
+                self.runtime.submit_blocking(lock.release)
+        elif not isinstance(error, LockCancelled | LockTimeout):
+            # Nobody awaits it any more (the caller has had its LockTimeout or was cancelled): an
+            # error of its clean-up (the store closed meanwhile) is logged, never left to asyncio
+            # as an unretrieved exception.
+            log.warning("abandoned_acquisition_failed", lock_id=self.lock_id, error=repr(error))
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -562,76 +654,34 @@ class RemoteLocker:
     ) -> RemoteLock | None:
         import asyncio
 
-        from lockclient.runtime.aio import AsyncioRuntime, Progress, _Run
+        from lockclient.runtime.aio import AsyncioRuntime, _Run
 
         runtime = AsyncioRuntime.current()
         loop = runtime.loop
         deadline = None if timeout is None else runtime.monotonic() + timeout
-        cancel = runtime.event()
-        abandoned = False
-        progress = Progress()
-
-        def acquire() -> RemoteLock | None:
-            return self._acquire(
-                lock_id,
-                deadline,
-                cancel,
-                max_hold,
-                blocking=blocking,
-                runtime=runtime,
-                min_hold=min_hold,
-                label=label,
-                payload=payload,
-            )
-
         # The acquisition runs in a greenlet driven by callbacks (lockclient.runtime.aio, _Run),
         # not by a task: its first step, and every step after a wait, takes its turn at the loop's
         # pacer — a burst of a thousand calls comes onto the loop in slices. It learns of the
         # caller's cancellation or timeout through `cancel`, and cleans up (withdraws its queue
         # cell) by itself; its outcome is `run.result`, which this coroutine never awaits
         # directly (a cancellation of the caller must not cancel it).
-
-        dealt_with = False
-
-        def settled(future: asyncio.Future[RemoteLock | None]) -> None:
-            # Called when the run ends, and by the caller leaving once it has ended: once only.
-            nonlocal dealt_with
-            if future.cancelled():
-                return  # dropped before its first step: it did nothing
-            error = future.exception()
-            if not abandoned or dealt_with:
-                return  # the caller takes the outcome
-            dealt_with = True
-            if error is None:
-                lock = future.result()
-                if lock is not None:
-                    # Granted, but the caller is gone: nobody else will ever release it.
-                    runtime.submit_blocking(lock.release)
-            elif not isinstance(error, LockCancelled | LockTimeout):
-                # Nobody awaits it any more (the caller has had its LockTimeout or was cancelled):
-                # an error of its clean-up (the store closed meanwhile) is logged, never left to
-                # asyncio as an unretrieved exception.
-                log.warning("abandoned_acquisition_failed", lock_id=lock_id, error=repr(error))
-
-        notice: asyncio.Future[None] = loop.create_future()
-
-        def finished(future: asyncio.Future[RemoteLock | None]) -> None:
-            _notify(notice)  # (the one the caller awaits now)
-            settled(future)
-
-        run: _Run[RemoteLock | None] = _Run(runtime, acquire, on_cancel=cancel.set, progress=progress, on_done=finished)
+        state = _AsyncAcquisition(self, lock_id, deadline, max_hold, blocking, runtime, min_hold, label, payload)
+        cancel = state.cancel
+        run: _Run[RemoteLock | None] = _Run(
+            runtime, state.acquire, on_cancel=cancel.set, progress=state.progress, on_done=state.finished
+        )
         result = run.result
         timer: asyncio.TimerHandle | None = None
         if deadline is not None:
             # The deadline's wake-up takes its turn at the pacer too (a thousand deadlines that
             # fall together wake their callers a slice at a time, not all in one iteration).
             timer = loop.call_at(
-                loop.time() + max(0.0, deadline - runtime.monotonic()), runtime.pacer.wake, partial(_notify, notice)
+                loop.time() + max(0.0, deadline - runtime.monotonic()), runtime.pacer.wake, state.notify
             )
         runtime.start(run)
         try:
-            await notice
-            if not result.done() and progress.in_io:
+            await state.notice
+            if not result.done() and state.progress.in_io:
                 # The acquisition honours its deadline by itself, but what it does after it — a
                 # last look, withdrawing its queue cell — is store calls, which can queue behind
                 # other work (a thousand waiters timing out at once, the renewals of their leases):
@@ -641,17 +691,16 @@ class RemoteLocker:
                 # after it had its turn on the loop behind a thousand others whose deadlines fell
                 # at the same moment.
                 assert deadline is not None
-                notice = loop.create_future()
+                state.notice = loop.create_future()
                 timer = loop.call_at(
-                    loop.time() + max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()),
-                    partial(_notify, notice, None),
+                    loop.time() + max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()), state.notify
                 )
-                await notice
+                await state.notice
             if result.done():
                 if result.cancelled():  # (only a drop cancels it, and only below)
                     raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
                 return result.result()
-            abandoned = True
+            state.abandoned = True
             cancel.set()
             if run.drop():
                 # Its first turn never came: nothing was written, nothing to clean up.
@@ -662,12 +711,12 @@ class RemoteLocker:
         except asyncio.CancelledError:
             # No await may stand between here and `abandoned = True`: a second cancellation
             # landing on it would leave a granted lock renewed forever.
-            abandoned = True
+            state.abandoned = True
             cancel.set()
             if run.drop():
                 raise
             if result.done():
-                settled(result)
+                state.settled(result)
                 raise
             # Let the acquisition finish its clean-up, if we may wait (cancelled again: we go, and
             # it finishes in the background).
