@@ -88,6 +88,10 @@ adds to the loop's lag for other work when a thousand acquisitions want the loop
 MAX_SLICE_S = 0.005
 """The longest slice, however slow the loop's other work (see :class:`_Pacer`)."""
 
+ADMIT_COST_S = 0.00001
+"""What letting an ``aget_lock`` call in is counted to cost the loop (:meth:`_Pacer.admit`): its
+caller's task step then builds the acquisition (~10 µs on this machine), in the application's task."""
+
 WAKE_COST_S = 0.00002
 """What waking a caller (a task step raising ``LockTimeout``) is counted to cost the loop: its
 task step runs in the application's task, where the pacer cannot time it (20 µs: what 1,000 of
@@ -437,6 +441,8 @@ class _Pacer:
         """Runs waiting for their turn, in arrival order."""
         self.wakes: deque[Callable[[], None]] = deque()
         """Wake-ups waiting for their turn (ahead of every run), in arrival order."""
+        self.admissions: deque[asyncio.Future[bool]] = deque()
+        """Calls waiting to be let in (:meth:`admit`), in arrival order."""
         self._used = 0.0
         """What steps took since the last slice began (that slice's, then inline ones)."""
         self._inline = 0.0
@@ -468,6 +474,22 @@ class _Pacer:
         """``run`` takes a step in its turn, in a slice."""
         self.line.append(run)
         self._due()
+
+    def admit(self) -> asyncio.Future[bool] | None:
+        """A new call may start: None if it may now (the slice has room and nobody waits), else a
+        future resolved True when it is let in — a slice's worth per iteration, ``ADMIT_COST_S``
+        each, in arrival order. So a burst of a thousand ``aget_lock`` calls costs their iteration
+        a future each, not a thousand acquisitions' set-up. A future resolved (False, at the
+        caller's deadline) or cancelled (the caller was) by then is skipped."""
+        if not self.admissions and not self.line and self._used < self._budget:
+            self._used += ADMIT_COST_S
+            self._inline += ADMIT_COST_S
+            self._due()
+            return None
+        waiter: asyncio.Future[bool] = self._loop.create_future()
+        self.admissions.append(waiter)
+        self._due()
+        return waiter
 
     def wake(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (it wakes a caller) in its turn: never more wake-ups in one iteration
@@ -506,6 +528,12 @@ class _Pacer:
             while wakes and used < budget:
                 wakes.popleft()()
                 used += WAKE_COST_S
+            admissions = self.admissions
+            while admissions and used < budget:
+                admitted = admissions.popleft()
+                if not admitted.done():  # else its caller gave up (deadline, cancelled)
+                    admitted.set_result(True)
+                    used += ADMIT_COST_S
             if line and used >= budget:
                 used = budget - 1e-9  # but one step per slice, whatever happened inline: progress
             while line and used < budget:
@@ -519,7 +547,7 @@ class _Pacer:
             self._stepping = False
             self._used = used
             self._spent += used
-            if line or wakes:
+            if line or wakes or self.admissions:
                 self._due()
 
 
