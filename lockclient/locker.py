@@ -724,7 +724,9 @@ class RemoteLocker:
                 assert deadline is not None
                 state.notice = loop.create_future()
                 timer = loop.call_at(
-                    loop.time() + max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()), state.notify
+                    loop.time() + max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()),
+                    runtime.pacer.wake,
+                    state.notify,
                 )
                 await state.notice
             if result.done():

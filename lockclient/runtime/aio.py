@@ -81,6 +81,9 @@ log = get_logger("lockclient")
 BLOCKING_WORKERS = 16
 """Threads per event loop for calls that cannot wait on the loop (store drivers, HTTP)."""
 
+IDLE_CHECK_S = 1.0
+"""How often an idle worker looks whether its event loop was closed (then it ends)."""
+
 SLICE_S = 0.002
 """At most about this much greenlet work per loop iteration (:class:`_Pacer`): what chronolock
 adds to the loop's lag for other work when a thousand acquisitions want the loop at once."""
@@ -281,15 +284,16 @@ class _Run(Generic[T]):
         assert self._bridge is not None
         return self._bridge.throw(exc)
 
-    def step(self) -> None:
-        """Run the greenlet until it waits or ends (on the loop, from its pacer)."""
+    def step(self) -> bool:
+        """Run the greenlet until it waits or ends (on the loop, from its pacer); True if it ended
+        (its caller wakes: the pacer counts ``WAKE_COST_S`` for that)."""
         if self._state == _DONE:
-            return  # dropped while in line
+            return False  # dropped while in line
         if self._state == _NEW:
             if self._interrupt is not None:
                 exc, self._interrupt = self._interrupt, None
                 self._finish(None, exc)
-                return
+                return True
             bridge = self._bridge = _Bridge(self._fn, parent=getcurrent())
             bridge.driver = self
             bridge.gr_context = self._context
@@ -307,12 +311,12 @@ class _Run(Generic[T]):
             self._finish(None, exc)
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
-            return
+            return True
         current = self._bridge
         assert current is not None
         if current.dead:
             self._finish(request, None)
-            return
+            return True
         awaitable, if_cancelled = request
         if self.progress is not None:
             self.progress.in_io = isinstance(if_cancelled, _Finish)
@@ -329,6 +333,7 @@ class _Run(Generic[T]):
         if self._interrupt is not None and not waited.done():
             exc, self._interrupt = self._interrupt, None
             self._interrupt_wait(exc)
+        return False
 
     def _finish(self, value: Any, error: BaseException | None) -> None:
         self._state = _DONE
@@ -395,7 +400,9 @@ def _resolve_with(notice: asyncio.Future[None], _: object) -> None:
 class _Stepper(Protocol):
     """What waits in a pacer's line: a :class:`_Run` (or a test's stand-in)."""
 
-    def step(self) -> None: ...
+    def step(self) -> object:
+        """Take a step; true if that woke a caller (counted ``WAKE_COST_S``)."""
+        ...
 
 
 class _Pacer:
@@ -462,11 +469,12 @@ class _Pacer:
             return
         self._stepping = True
         started = self.clock()
+        woke = False
         try:
-            run.step()
+            woke = bool(run.step())
         finally:
             self._stepping = False
-            took = self.clock() - started
+            took = self.clock() - started + (WAKE_COST_S if woke else 0.0)
             self._inline += took
             self.spent(took)
 
@@ -539,10 +547,11 @@ class _Pacer:
             while line and used < budget:
                 entry = line.popleft()
                 started = clock()
+                woke = False
                 try:
-                    entry.step()
+                    woke = bool(entry.step())
                 finally:
-                    used += clock() - started
+                    used += clock() - started + (WAKE_COST_S if woke else 0.0)
         finally:
             self._stepping = False
             self._used = used
@@ -794,7 +803,18 @@ class _BlockingPool:
         while True:
             with self._count_lock:
                 self._idle += 1
-            fn, call = self._jobs.get()
+            try:
+                fn, call = self._jobs.get(timeout=IDLE_CHECK_S)
+            except queue.Empty:
+                # Its loop is gone (closed): nothing can come any more. (Without this, every event
+                # loop that ever used chronolock left its workers blocked here for good: 16
+                # threads per asyncio.run.)
+                with self._count_lock:
+                    self._idle -= 1
+                    if self._loop.is_closed():
+                        self._threads -= 1
+                        return
+                continue
             with self._count_lock:
                 self._idle -= 1
             try:

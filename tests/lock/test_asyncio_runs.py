@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from lockclient import CellStore, LockTimeout, RemoteLocker, open_store
+from lockclient import locker as locker_module
 from lockclient.runtime import aio
 from lockclient.runtime.aio import AsyncioRuntime, _Pacer, run_in_greenlet
 from lockclient.store import Table
@@ -66,18 +69,20 @@ def test_waiting_acquisitions_are_no_tasks_of_their_own(store: CellStore) -> Non
 
 
 def test_deadlines_that_fall_together_reach_their_callers_a_slice_at_a_time(store: CellStore) -> None:
-    """300 waiters with the same deadline: all get LockTimeout, but never more of them between two
-    turns of another task than a slice has room for (each wake-up counts ``WAKE_COST_S``) — not
-    all 300 task steps in one loop iteration — and every queue cell is withdrawn afterwards."""
+    """300 waiters whose deadlines all fall while the application blocks the loop for half a second
+    (so every timer is due in the same iteration): all get LockTimeout, but never more of them
+    between two turns of another task than a slice has room for (each wake-up counts
+    ``WAKE_COST_S``) — not 300 task steps in one loop iteration — and every queue cell is
+    withdrawn afterwards."""
 
     async def scenario() -> None:
         with RemoteLocker(store, lease=10) as locker:
             loop = asyncio.get_running_loop()
             runtime = AsyncioRuntime.current()
-            # Steps cost nothing by this clock: only the wake-ups' counted cost fills a slice.
-            runtime.pacer = _Pacer(loop, slice_s=0.002, clock=StepClock(0.0))
-            per_slice = round(0.002 / aio.WAKE_COST_S)
-            holder = await locker.aget_lock("deadline")
+            # Steps cost nothing by this clock: only the wake-ups' counted cost fills a slice (25).
+            runtime.pacer = _Pacer(loop, slice_s=0.0005, clock=StepClock(0.0))
+            per_slice = round(0.0005 / aio.WAKE_COST_S)
+            holder = await asyncio.to_thread(locker.get_lock, "deadline")
             raised: Counter[int] = Counter()
             with Turns() as turns:
 
@@ -86,6 +91,8 @@ def test_deadlines_that_fall_together_reach_their_callers_a_slice_at_a_time(stor
                         await locker.aget_lock("deadline", timeout=3.0)
                     raised[turns.count] += 1
 
+                # The application's own stall, from before the first deadline to after the last.
+                loop.call_later(2.5, time.sleep, 1.0)
                 await asyncio.wait_for(asyncio.gather(*(expires() for _ in range(WAITERS))), 300)
             assert sum(raised.values()) == WAITERS
             # One count of the other task's turns may span two iterations.
@@ -147,5 +154,48 @@ def test_a_run_names_the_calling_task_and_sees_its_context() -> None:
 
         assert await asyncio.create_task(billing(), name="billing-7") == ("billing-7", "r-42")
         assert request.get() == "none"
+
+    asyncio.run(scenario())
+
+
+def test_a_burst_of_calls_is_let_in_a_slice_at_a_time_and_in_order(
+    store: CellStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 ``aget_lock`` calls started together on a held lock: their acquisitions are built (the
+    set-up after the caller is let in) never more of them between two turns of another task than
+    a slice has room for (each counts ``ADMIT_COST_S``) — the burst's own iteration costs a
+    future each — in the order the calls were made, and all 300 queue."""
+    built: list[int] = []
+    init = locker_module._AsyncAcquisition.__init__
+
+    def counted(self: locker_module._AsyncAcquisition, *args: Any, **kwargs: Any) -> None:
+        built.append(turns_seen[0].count)
+        order.append(asyncio.current_task())
+        init(self, *args, **kwargs)
+
+    turns_seen: list[Turns] = []
+    order: list[asyncio.Task[Any] | None] = []
+    monkeypatch.setattr(locker_module._AsyncAcquisition, "__init__", counted)
+
+    async def scenario() -> None:
+        with RemoteLocker(store, lease=10) as locker:
+            loop = asyncio.get_running_loop()
+            runtime = AsyncioRuntime.current()
+            # Half-millisecond slices: 50 let in per slice, so all 300 at once would show.
+            runtime.pacer = _Pacer(loop, slice_s=0.0005, clock=StepClock(0.0))
+            per_slice = round(0.0005 / aio.ADMIT_COST_S)
+            holder = await asyncio.to_thread(locker.get_lock, "burst")
+            with Turns() as turns:
+                turns_seen.append(turns)
+                callers = [asyncio.create_task(locker.aget_lock("burst", timeout=300)) for _ in range(WAITERS)]
+                await _queued(locker, "burst", WAITERS + 1)
+            per_turn = Counter(built)
+            assert sum(per_turn.values()) == WAITERS
+            assert max(per_turn.values()) <= 2 * per_slice + 2, f"{max(per_turn.values())} built between two turns"
+            assert order == callers, "let in out of the order the calls were made"
+            for caller in callers:
+                caller.cancel()
+            await asyncio.gather(*callers, return_exceptions=True)
+            await asyncio.to_thread(holder.release)
 
     asyncio.run(scenario())
