@@ -95,10 +95,10 @@ ADMIT_COST_S = 0.00001
 """What letting an ``aget_lock`` call in is counted to cost the loop (:meth:`_Pacer.admit`): its
 caller's task step then builds the acquisition (~10 µs on this machine), in the application's task."""
 
-WAKE_COST_S = 0.00002
+WAKE_COST_S = 0.000015
 """What waking a caller (a task step raising ``LockTimeout``) is counted to cost the loop: its
-task step runs in the application's task, where the pacer cannot time it (20 µs: what 1,000 of
-them took in one iteration on this machine, ~14 ms, with the caller's handling)."""
+task step runs in the application's task, where the pacer cannot time it (15 µs: 1,000 of them,
+with the benchmark's handling, took ~14 ms in one iteration on this machine at load 10-20)."""
 
 
 class _Bridge(greenlet):
@@ -428,9 +428,10 @@ class _Pacer:
     chronolock may add; it was 50 ms before, and loop CPU stretches of 20–50 ms followed).
 
     Wake-ups of callers (:meth:`wake`: a ``LockTimeout`` to deliver) have a line of their own,
-    served first in every slice — a deadline never waits behind a thousand enqueues — and each
-    counts ``WAKE_COST_S`` against the slice, the price of the task step it causes: a thousand
-    deadlines that fall together wake their callers a slice at a time."""
+    served first in every slice, up to ``max_slice_s`` — a deadline never waits behind a thousand
+    enqueues — and each counts ``WAKE_COST_S`` against the slice, the price of the task step it
+    causes: a thousand deadlines that fall together wake their callers in three or four
+    iterations, not in one."""
 
     def __init__(
         self,
@@ -501,8 +502,8 @@ class _Pacer:
 
     def wake(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (it wakes a caller) in its turn: never more wake-ups in one iteration
-        than the slice has room for."""
-        if self.wakes or self._used >= self._budget:
+        than ``max_slice_s`` has room for."""
+        if self.wakes or self._used >= self.max_slice_s:
             self.wakes.append(callback)
             self._due()
             return
@@ -533,7 +534,11 @@ class _Pacer:
         line, wakes = self.line, self.wakes
         self._stepping = True
         try:
-            while wakes and used < budget:
+            # Wake-ups get up to the longest slice, whatever the steps' budget: every iteration
+            # that a deadline waits is an iteration of the loop's other work, however long the
+            # machine's load makes it (at load 50, ten iterations of 100 wake-ups each made
+            # LockTimeout 0.4-0.8 s late).
+            while wakes and used < self.max_slice_s:
                 wakes.popleft()()
                 used += WAKE_COST_S
             admissions = self.admissions

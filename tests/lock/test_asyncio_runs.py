@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import math
 import threading
 import time
 from collections import Counter
@@ -79,9 +80,10 @@ def test_deadlines_that_fall_together_reach_their_callers_a_slice_at_a_time(stor
         with RemoteLocker(store, lease=10) as locker:
             loop = asyncio.get_running_loop()
             runtime = AsyncioRuntime.current()
-            # Steps cost nothing by this clock: only the wake-ups' counted cost fills a slice (25).
-            runtime.pacer = _Pacer(loop, slice_s=0.0005, clock=StepClock(0.0))
-            per_slice = round(0.0005 / aio.WAKE_COST_S)
+            # Steps cost nothing by this clock: only the wake-ups' counted cost fills a slice (wake-ups
+            # get up to the longest slice: 0.5 ms here, 33 of them).
+            runtime.pacer = _Pacer(loop, slice_s=0.0005, clock=StepClock(0.0), max_slice_s=0.0005)
+            per_slice = math.ceil(0.0005 / aio.WAKE_COST_S)
             holder = await asyncio.to_thread(locker.get_lock, "deadline")
             raised: Counter[int] = Counter()
             with Turns() as turns:
