@@ -291,31 +291,6 @@ def _caller() -> object:
     return threading.current_thread()
 
 
-async def _admitted(
-    admission: asyncio.Future[bool],
-    loop: asyncio.AbstractEventLoop,
-    deadline: float | None,
-    monotonic: Callable[[], float],
-    lock_id: str,
-) -> None:
-    """Wait to be let in by the pacer (:meth:`lockclient.runtime.aio._Pacer.admit`); LockTimeout
-    at ``deadline`` (the admission is then resolved False, and the pacer skips it)."""
-    if deadline is None:
-        await admission
-        return
-    timer = loop.call_at(loop.time() + max(0.0, deadline - monotonic()), _refuse, admission)
-    try:
-        if not await admission:
-            raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
-    finally:
-        timer.cancel()
-
-
-def _refuse(admission: asyncio.Future[bool]) -> None:
-    if not admission.done():
-        admission.set_result(False)
-
-
 class _AsyncAcquisition:
     """What one ``aget_lock``/``atry_get_lock`` shares between its caller (a coroutine) and its
     run (a greenlet): an object with slots rather than closures — a thousand waiters are a
@@ -684,12 +659,12 @@ class RemoteLocker:
         runtime = AsyncioRuntime.current()
         loop = runtime.loop
         deadline = None if timeout is None else runtime.monotonic() + timeout
-        admission = runtime.pacer.admit()
-        if admission is not None:
-            # A burst of calls (a thousand tasks started together) comes in a slice at a time: each
-            # waits here, a future, until it is let in — and never past its deadline, having done
-            # nothing that needs undoing.
-            await _admitted(admission, loop, deadline, runtime.monotonic, lock_id)
+        admission = runtime.pacer.admit(deadline)
+        # A burst of calls (a thousand tasks started together) comes in a slice at a time: each
+        # waits here, a future, until it is let in — or told its deadline passed first, having done
+        # nothing that needs undoing.
+        if admission is not None and not await admission:
+            raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
         # The acquisition runs in a greenlet driven by callbacks (lockclient.runtime.aio, _Run),
         # not by a task: its first step, and every step after a wait, takes its turn at the loop's
         # pacer — a burst of a thousand calls comes onto the loop in slices. It learns of the

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import math
 import os
 import queue
 import random
@@ -449,7 +450,7 @@ class _Pacer:
         """Runs waiting for their turn, in arrival order."""
         self.wakes: deque[Callable[[], None]] = deque()
         """Wake-ups waiting for their turn (ahead of every run), in arrival order."""
-        self.admissions: deque[asyncio.Future[bool]] = deque()
+        self.admissions: deque[tuple[asyncio.Future[bool], float]] = deque()
         """Calls waiting to be let in (:meth:`admit`), in arrival order."""
         self._used = 0.0
         """What steps took since the last slice began (that slice's, then inline ones)."""
@@ -484,19 +485,21 @@ class _Pacer:
         self.line.append(run)
         self._due()
 
-    def admit(self) -> asyncio.Future[bool] | None:
+    def admit(self, deadline: float | None = None) -> asyncio.Future[bool] | None:
         """A new call may start: None if it may now (the slice has room and nobody waits), else a
         future resolved True when it is let in — a slice's worth per iteration, ``ADMIT_COST_S``
-        each, in arrival order. So a burst of a thousand ``aget_lock`` calls costs their iteration
-        a future each, not a thousand acquisitions' set-up. A future resolved (False, at the
-        caller's deadline) or cancelled (the caller was) by then is skipped."""
+        each, in arrival order — or False once ``deadline`` (``time.monotonic()``) has passed when
+        its turn comes (no timer each: admissions are served first in every slice, a few hundred
+        per iteration). So a burst of a thousand ``aget_lock`` calls costs their iteration a
+        future each, not a thousand acquisitions' set-up. A future cancelled by then (its caller
+        was) is skipped."""
         if not self.admissions and not self.line and self._used < self._budget:
             self._used += ADMIT_COST_S
             self._inline += ADMIT_COST_S
             self._due()
             return None
         waiter: asyncio.Future[bool] = self._loop.create_future()
-        self.admissions.append(waiter)
+        self.admissions.append((waiter, math.inf if deadline is None else deadline))
         self._due()
         return waiter
 
@@ -542,9 +545,15 @@ class _Pacer:
                 wakes.popleft()()
                 used += WAKE_COST_S
             admissions = self.admissions
-            while admissions and used < budget:
-                admitted = admissions.popleft()
-                if not admitted.done():  # else its caller gave up (deadline, cancelled)
+            if admissions:
+                now_s = time.monotonic()
+                while admissions and used < budget:
+                    admitted, deadline = admissions.popleft()
+                    if admitted.done():
+                        continue  # its caller was cancelled
+                    if deadline <= now_s:
+                        admitted.set_result(False)  # LockTimeout, having done nothing
+                        continue
                     admitted.set_result(True)
                     used += ADMIT_COST_S
             if line and used >= budget:

@@ -23,7 +23,7 @@ from lockclient import locker as locker_module
 from lockclient.runtime import aio
 from lockclient.runtime.aio import AsyncioRuntime, _Pacer, run_in_greenlet
 from lockclient.store import Table
-from tests.lock.test_asyncio_pacing import StepClock, Turns
+from tests.lock.test_asyncio_pacing import StepClock, Turns, _fill, _paced
 from tests.support.faulty import FaultyStore
 
 WAITERS = 300
@@ -198,6 +198,34 @@ def test_a_burst_of_calls_is_let_in_a_slice_at_a_time_and_in_order(
             for caller in callers:
                 caller.cancel()
             await asyncio.gather(*callers, return_exceptions=True)
+            await asyncio.to_thread(holder.release)
+
+    asyncio.run(scenario())
+
+
+def test_a_call_whose_deadline_passes_before_it_is_let_in_touches_nothing(store: CellStore) -> None:
+    """The pacer is busy (a step waits in line), so new calls wait to be let in: one whose deadline
+    has passed when its turn comes gets LockTimeout without building anything — no queue cell —
+    while the next one, with time left, is let in and queues."""
+
+    async def scenario() -> None:
+        with RemoteLocker(store, lease=10) as locker:
+            loop = asyncio.get_running_loop()
+            runtime = AsyncioRuntime.current()
+            pacer, clock = _paced(loop)
+            holder = await asyncio.to_thread(locker.get_lock, "late")
+            _fill(pacer, clock, 1)
+            late = asyncio.create_task(locker.aget_lock("late", timeout=0.0))
+            _fill(pacer, clock, 1)
+            later = asyncio.create_task(locker.aget_lock("late", timeout=300))
+            with pytest.raises(LockTimeout, match="turn"):
+                await late
+            await _queued(locker, "late", 2)
+            # The holder's cell and the later call's: none of the late one's.
+            assert len((await asyncio.to_thread(locker.status, "late")).queue) == 2
+            assert runtime.pacer is pacer
+            later.cancel()
+            await asyncio.gather(later, return_exceptions=True)
             await asyncio.to_thread(holder.release)
 
     asyncio.run(scenario())
