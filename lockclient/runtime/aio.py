@@ -569,6 +569,8 @@ class _Pacer:
                         continue  # its caller was cancelled
                     if deadline <= now_s:
                         admitted.set_result(False)  # LockTimeout, having done nothing
+                        used += WAKE_COST_S
+                        deferred += WAKE_COST_S
                         continue
                     admitted.set_result(True)
                     used += ADMIT_COST_S
