@@ -5,7 +5,9 @@ time from the store; waiters wake each other with the library's local wake-ups).
 runs on the loop throughout: its lateness (how much later than 1 ms ``await asyncio.sleep(0.001)``
 returned) is the loop's lag for other work. Phases, in one run:
 
-1. **baseline** — the ticker alone, 3 s: what this machine adds by itself;
+1. **baseline** — the ticker alone, 3 s: what this machine adds by itself; then **burst, no
+   lock** — N tasks started at once that only await a future: the application's own share of
+   the enqueue burst below (asyncio's N first task steps in one loop iteration);
 2. **enqueue** — N waiters call ``aget_lock`` at the same moment on a held lock, until all are
    in the queue (the burst: N acquisitions' work on one loop);
 3. **waiting** — 5 s while all N wait; also the latency of 20 unrelated ``asyncio.to_thread``
@@ -16,6 +18,12 @@ returned) is the loop's lag for other work. Phases, in one run:
 6. **timeouts, together** — N waiters with the same 3 s timeout.
 
 Threads: the most alive at once during the run, and how many there were before it.
+
+Garbage collection: the loop CPU between ticks includes CPython's cyclic collections, which run
+wherever an allocation triggers them and stop the loop for as long as walking every tracked
+object takes (a full one: the whole process). Each phase reports its full (generation 2)
+collections and the longest, and the loop CPU between ticks less the collections' own CPU time —
+what chronolock's code did in one stretch.
 
 Each measurement runs in a child process (``python bench/aio.py --child``, run as a script so
 that ``lockclient`` is the interpreter's own). ``--against-python PATH`` measures another
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -57,19 +66,47 @@ class Ticker:
     the loop, which the machine's load does not inflate (a descheduled thread, or one waiting for
     the GIL, uses no CPU) — what this code alone would make the loop late by."""
     threads_max: int = 0
+    busy_less_gc: list[float] = field(default_factory=list)
+    """:attr:`busy` less the CPU time of the garbage collections that ran in the loop's thread meanwhile."""
+    full_gc: list[float] = field(default_factory=list)
+    """CPU time of each full (generation 2) collection in the loop's thread, this phase."""
+    gc_cpu: float = 0.0
+    _gc_started: float = 0.0
+    loop_thread: int = 0
+
+    def on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        """A ``gc.callbacks`` hook: the collections' CPU time (of the loop's thread only)."""
+        if threading.get_ident() != self.loop_thread:
+            return
+        if phase == "start":
+            self._gc_started = time.thread_time()
+            return
+        took = time.thread_time() - self._gc_started
+        self.gc_cpu += took
+        if info["generation"] == 2:
+            self.full_gc.append(took)
 
     async def run(self) -> None:
-        while True:
-            before, cpu_before = time.monotonic(), time.thread_time()
-            await asyncio.sleep(TICK_S)
-            self.samples.append(time.monotonic() - before - TICK_S)
-            self.busy.append(time.thread_time() - cpu_before)
-            self.threads_max = max(self.threads_max, threading.active_count())
+        self.loop_thread = threading.get_ident()
+        gc.callbacks.append(self.on_gc)
+        try:
+            while True:
+                before, cpu_before, gc_before = time.monotonic(), time.thread_time(), self.gc_cpu
+                await asyncio.sleep(TICK_S)
+                self.samples.append(time.monotonic() - before - TICK_S)
+                busy = time.thread_time() - cpu_before
+                self.busy.append(busy)
+                self.busy_less_gc.append(busy - (self.gc_cpu - gc_before))
+                self.threads_max = max(self.threads_max, threading.active_count())
+        finally:
+            gc.callbacks.remove(self.on_gc)
 
     @contextmanager
     def phase(self, into: dict[str, Any]) -> Iterator[None]:
         self.samples = []
         self.busy = []
+        self.busy_less_gc = []
+        self.full_gc = []
         started = time.monotonic()
         try:
             yield
@@ -77,6 +114,8 @@ class Ticker:
             into["seconds"] = round(time.monotonic() - started, 3)
             into["lag_ms"] = _summary(self.samples)
             into["loop_cpu_ms"] = _summary(self.busy)
+            into["loop_cpu_less_gc_ms"] = _summary(self.busy_less_gc)
+            into["full_gc"] = {"n": len(self.full_gc), "max_ms": round(max(self.full_gc, default=0.0) * 1000, 2)}
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -118,6 +157,20 @@ async def _measure(n: int, store_url: str) -> dict[str, Any]:
         phases["baseline"] = {}
         with ticker.phase(phases["baseline"]):
             await asyncio.sleep(3)
+
+        # The application's own share of a burst: N tasks started at once that only await a future
+        # (asyncio's task steps and the benchmark's coroutines; no lock at all).
+        phases["burst, no lock"] = {}
+        with ticker.phase(phases["burst, no lock"]):
+            gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            async def idle() -> None:
+                await gate
+
+            idlers = [asyncio.create_task(idle()) for _ in range(n)]
+            await asyncio.sleep(0.2)
+            gate.set_result(None)
+            await asyncio.gather(*idlers)
 
         holder = await locker.aget_lock("one")
         finished: list[str] = []
@@ -256,7 +309,24 @@ def run(*, quick: bool = False, against_python: str | None = None, rounds: int =
             lag = phase["lag_ms"]
             tag = f"{result['code']}, round {result['round']}" if rounds > 1 else result["code"]
             cpu = phase["loop_cpu_ms"]
-            lag_rows.append([name, tag, phase["seconds"], lag["p50"], lag["p99"], lag["max"], cpu["p99"], cpu["max"]])
+            own = phase.get("loop_cpu_less_gc_ms", {"p99": math.nan, "max": math.nan})
+            full = phase.get("full_gc", {"n": math.nan, "max_ms": math.nan})
+            lag_rows.append(
+                [
+                    name,
+                    tag,
+                    phase["seconds"],
+                    lag["p50"],
+                    lag["p99"],
+                    lag["max"],
+                    cpu["p99"],
+                    cpu["max"],
+                    own["p99"],
+                    own["max"],
+                    full["n"],
+                    full["max_ms"],
+                ]
+            )
     for name in ("timeouts, spread", "timeouts, together"):
         for result in runs:
             phase = result["phases"][name]
@@ -282,7 +352,9 @@ def run(*, quick: bool = False, against_python: str | None = None, rounds: int =
             f"({info['when_utc']}). Loop lag = lateness of `await asyncio.sleep(0.001)`; loop CPU between "
             "ticks = CPU time the loop's thread used from one tick to the next (the longest stretch of work "
             "on the loop, which the machine's load does not inflate: the lag this code would cause by "
-            "itself). "
+            "itself); less GC = the same less the CPU time of CPython's garbage collections in those "
+            "ticks (chronolock's own stretches); full GCs = generation-2 collections in the phase, and "
+            "the longest (CPU ms). "
             + (
                 "The code versions ran alternately in one invocation, each in a process of its own."
                 if len(pythons) > 1
@@ -298,6 +370,10 @@ def run(*, quick: bool = False, against_python: str | None = None, rounds: int =
                     "max ms",
                     "loop CPU between ticks p99 ms",
                     "max ms",
+                    "less GC p99 ms",
+                    "max ms",
+                    "full GCs",
+                    "longest ms",
                 ],
                 lag_rows,
             ),

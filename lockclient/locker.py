@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from lockclient.election import Election
     from lockclient.events import LockEvent
     from lockclient.permits import Permit
+    from lockclient.runtime.aio import AsyncioRuntime
 
 # asyncio and the asyncio runtime (greenlet) are imported by the async methods that use them:
 # an application that never awaits a lock does not pay for them at import (issue 25: import time).
@@ -288,6 +289,103 @@ def _caller() -> object:
     if greenlets is not None:
         return greenlets.getcurrent()
     return threading.current_thread()
+
+
+class _AsyncAcquisition:
+    """What one ``aget_lock``/``atry_get_lock`` shares between its caller (a coroutine) and its
+    run (a greenlet): an object with slots rather than closures — a thousand waiters are a
+    thousand of these, and every closure cell is one more object for CPython's collector to walk."""
+
+    __slots__ = (
+        "abandoned",
+        "blocking",
+        "cancel",
+        "deadline",
+        "dealt_with",
+        "label",
+        "lock_id",
+        "locker",
+        "max_hold",
+        "min_hold",
+        "notice",
+        "payload",
+        "progress",
+        "runtime",
+    )
+
+    def __init__(
+        self,
+        locker: RemoteLocker,
+        lock_id: str,
+        deadline: float | None,
+        max_hold: float | None,
+        blocking: bool,
+        runtime: AsyncioRuntime,
+        min_hold: float | None,
+        label: str,
+        payload: str,
+    ) -> None:
+        from lockclient.runtime.aio import Progress
+
+        self.locker = locker
+        self.lock_id = lock_id
+        self.deadline = deadline
+        self.max_hold = max_hold
+        self.blocking = blocking
+        self.runtime = runtime
+        self.min_hold = min_hold
+        self.label = label
+        self.payload = payload
+        self.cancel = runtime.event()
+        self.progress = Progress()
+        self.abandoned = False
+        """The caller has gone (LockTimeout, cancelled): the outcome is nobody's but ours."""
+        self.dealt_with = False
+        self.notice: asyncio.Future[None] = runtime.loop.create_future()
+        """What the caller awaits now: resolved when the run ends, or by a deadline."""
+
+    def acquire(self) -> RemoteLock | None:
+        """The run's function (in its greenlet)."""
+        return self.locker._acquire(
+            self.lock_id,
+            self.deadline,
+            self.cancel,
+            self.max_hold,
+            blocking=self.blocking,
+            runtime=self.runtime,
+            min_hold=self.min_hold,
+            label=self.label,
+            payload=self.payload,
+        )
+
+    def notify(self) -> None:
+        if not self.notice.done():
+            self.notice.set_result(None)
+
+    def finished(self, result: asyncio.Future[RemoteLock | None]) -> None:
+        """The run has ended (its ``on_done``)."""
+        self.notify()
+        self.settled(result)
+
+    def settled(self, result: asyncio.Future[RemoteLock | None]) -> None:
+        """When the run ends, and by the caller leaving once it has ended: acts once, and only
+        for an outcome nobody awaits any more."""
+        if result.cancelled():
+            return  # dropped before its first step: it did nothing
+        error = result.exception()
+        if not self.abandoned or self.dealt_with:
+            return  # the caller takes the outcome
+        self.dealt_with = True
+        if error is None:
+            lock = result.result()
+            if lock is not None:
+                # Granted, but the caller is gone: nobody else will ever release it.
+                self.runtime.submit_blocking(lock.release)
+        elif not isinstance(error, LockCancelled | LockTimeout):
+            # Nobody awaits it any more (the caller has had its LockTimeout or was cancelled): an
+            # error of its clean-up (the store closed meanwhile) is logged, never left to asyncio
+            # as an unretrieved exception.
+            log.warning("abandoned_acquisition_failed", lock_id=self.lock_id, error=repr(error))
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -556,92 +654,86 @@ class RemoteLocker:
     ) -> RemoteLock | None:
         import asyncio
 
-        from lockclient.runtime.aio import AsyncioRuntime, Progress, run_in_greenlet
+        from lockclient.runtime.aio import AsyncioRuntime, _Run
 
         runtime = AsyncioRuntime.current()
+        loop = runtime.loop
         deadline = None if timeout is None else runtime.monotonic() + timeout
-        # A burst of calls (a thousand tasks started together) comes onto the loop in slices:
-        # each waits here, a future, until its turn (lockclient.runtime.aio, _Pacer) — and never
-        # past its deadline, having done nothing that needs undoing.
-        if not await runtime.pacer.admit(deadline):
+        admission = runtime.pacer.admit(deadline)
+        # A burst of calls (a thousand tasks started together) comes in a slice at a time: each
+        # waits here, a future, until it is let in — or told its deadline passed first, having done
+        # nothing that needs undoing.
+        if admission is not None and not await admission:
             raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
-        cancel = runtime.event()
-        abandoned = False
-        progress = Progress()
-
-        def acquire() -> RemoteLock | None:
-            return self._acquire(
-                lock_id,
-                deadline,
-                cancel,
-                max_hold,
-                blocking=blocking,
-                runtime=runtime,
-                min_hold=min_hold,
-                label=label,
-                payload=payload,
+        # The acquisition runs in a greenlet driven by callbacks (lockclient.runtime.aio, _Run),
+        # not by a task: its first step, and every step after a wait, takes its turn at the loop's
+        # pacer — a burst of a thousand calls comes onto the loop in slices. It learns of the
+        # caller's cancellation or timeout through `cancel`, and cleans up (withdraws its queue
+        # cell) by itself; its outcome is `run.result`, which this coroutine never awaits
+        # directly (a cancellation of the caller must not cancel it).
+        state = _AsyncAcquisition(self, lock_id, deadline, max_hold, blocking, runtime, min_hold, label, payload)
+        cancel = state.cancel
+        run: _Run[RemoteLock | None] = _Run(
+            runtime, state.acquire, on_cancel=cancel.set, progress=state.progress, on_done=state.finished
+        )
+        result = run.result
+        timer: asyncio.TimerHandle | None = None
+        if deadline is not None:
+            # The deadline's wake-up takes its turn at the pacer too (a thousand deadlines that
+            # fall together wake their callers a slice at a time, not all in one iteration).
+            timer = loop.call_at(
+                loop.time() + max(0.0, deadline - runtime.monotonic()), runtime.pacer.wake, state.notify
             )
-
-        def release_if_abandoned(task: asyncio.Future[RemoteLock | None]) -> None:
-            if abandoned and not task.cancelled() and task.exception() is None:
-                lock = task.result()
-                if lock is not None:
-                    # Granted, but the caller is gone: nobody else will ever release it.
-                    runtime.submit_blocking(lock.release)
-
-        async def acquisition() -> RemoteLock | None:
-            try:
-                return await run_in_greenlet(acquire, on_cancel=cancel.set, admitted=True, progress=progress)
-            except (LockCancelled, LockTimeout):
-                if abandoned:
-                    return None  # its clean-up is done, and nobody awaits the outcome any more
-                raise
-            except Exception as exc:
-                if abandoned:
-                    # Nobody awaits it any more (the caller has had its LockTimeout or was
-                    # cancelled): an error of its clean-up (the store closed meanwhile) is logged,
-                    # never left to asyncio as an unretrieved task exception.
-                    log.warning("abandoned_acquisition_failed", lock_id=lock_id, error=repr(exc))
-                    return None
-                raise
-
-        # The acquisition runs as a task of its own, shielded from the caller's cancellation: it
-        # learns of it through `cancel`, and cleans up (withdraws its queue cell) by itself.
-        task = asyncio.ensure_future(acquisition())
-        task.add_done_callback(release_if_abandoned)
+        runtime.start(run)
         try:
-            if deadline is None:
-                return await asyncio.shield(task)
-            # The acquisition honours its deadline by itself, but what it does after it — a last
-            # look, withdrawing its queue cell — is store calls, which can queue behind other
-            # work (a thousand waiters timing out at once, the renewals of their leases): 0.4 s
-            # late in issue 25. So the caller gets its LockTimeout TIMEOUT_GRACE_S after the
-            # deadline at the latest; the acquisition is then told to stop, finishes its
-            # clean-up in the background, and a grant that lands after all is released.
-            # An acquisition that merely waits at its deadline (no store call of its own under way)
-            # has nothing that could still grant it the lock: LockTimeout now, its clean-up in the
-            # background — not after it had its turn on the loop (lockclient.runtime.aio, _Pacer)
-            # behind a thousand others whose deadlines fell at the same moment.
-            await asyncio.wait([task], timeout=max(0.0, deadline - runtime.monotonic()))
-            if not task.done() and progress.in_io:
-                await asyncio.wait([task], timeout=max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()))
-            if task.done():
-                return task.result()
+            await state.notice
+            if not result.done() and state.progress.in_io:
+                # The acquisition honours its deadline by itself, but what it does after it — a
+                # last look, withdrawing its queue cell — is store calls, which can queue behind
+                # other work (a thousand waiters timing out at once, the renewals of their leases):
+                # 0.4 s late in issue 25. One with a store call of its own under way (a grant may be
+                # landing) gets TIMEOUT_GRACE_S more; one that merely waits has nothing that could
+                # still grant it the lock: LockTimeout now, its clean-up in the background — not
+                # after it had its turn on the loop behind a thousand others whose deadlines fell
+                # at the same moment.
+                assert deadline is not None
+                state.notice = loop.create_future()
+                timer = loop.call_at(
+                    loop.time() + max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()),
+                    runtime.pacer.wake,
+                    state.notify,
+                )
+                await state.notice
+            if result.done():
+                if result.cancelled():  # (only a drop cancels it, and only below)
+                    raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
+                return result.result()
+            state.abandoned = True
             cancel.set()
-            abandoned = True
+            if run.drop():
+                # Its first turn never came: nothing was written, nothing to clean up.
+                raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
             raise LockTimeout(
                 "timed out waiting for the lock (its clean-up finishes in the background)", lock_id=lock_id
             )
         except asyncio.CancelledError:
             # No await may stand between here and `abandoned = True`: a second cancellation
             # landing on it would leave a granted lock renewed forever.
+            state.abandoned = True
             cancel.set()
-            abandoned = True
-            if task.done():
-                release_if_abandoned(task)
-            with contextlib.suppress(BaseException):  # cancelled again, or the acquisition's LockCancelled
-                await asyncio.shield(task)  # let the acquisition finish its clean-up, if we may wait
+            if run.drop():
+                raise
+            if result.done():
+                state.settled(result)
+                raise
+            # Let the acquisition finish its clean-up, if we may wait (cancelled again: we go, and
+            # it finishes in the background).
+            with contextlib.suppress(BaseException):
+                await asyncio.wait([result])
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def status(self, lock_id: str) -> LockStatus:
         """Holder, fencing token, queue in order and leases of one lock (linearizable lease row)."""

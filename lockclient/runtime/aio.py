@@ -1,11 +1,13 @@
 """The asyncio runtime: the same blocking-style algorithm code, run on an event loop.
 
 ``aget_lock`` runs the acquisition (:meth:`lockclient.fairqueue.FairQueue.acquire`) inside a
-greenlet driven by a coroutine (:func:`run_in_greenlet`). Whenever the algorithm waits — sleeps,
-waits on an event, a lock, a wake-up socket — the runtime hands an awaitable to that coroutine,
-which awaits it on the loop and resumes the greenlet with the result (SQLAlchemy's
-``greenlet_spawn``/``await_only``). So a thousand waiting acquisitions are a thousand suspended
-greenlets on one loop — no thread each, and nothing queues behind the default executor.
+greenlet driven by callbacks on the loop (:class:`_Run`). Whenever the algorithm waits — sleeps,
+waits on an event, a wake-up socket, a store call — the runtime hands a future to the run, which
+attaches a callback to it and returns to the loop; the callback puts the run back in line, and
+the greenlet resumes with the result (SQLAlchemy's ``greenlet_spawn``/``await_only``, without
+the coroutine). So a thousand waiting acquisitions are a thousand suspended greenlets and the
+futures they wait for — no thread each, no task each, and nothing queues behind the default
+executor. (:func:`run_in_greenlet` is the same for a coroutine that awaits the result.)
 
 What cannot wait on the loop — a call into the store's driver or SQLite, an HTTP request to
 timesvc — goes to a small pool of threads of this runtime's own (:class:`_BlockingPool`,
@@ -14,19 +16,23 @@ own ``asyncio.to_thread`` work and chronolock's never starve each other.
 
 **The loop stays free for other work** (issue 25: a burst of 1,000 ``aget_lock`` calls held the
 loop for 287–563 ms at a time, and 1,000 deadlines falling together made every ``LockTimeout``
-~120 ms to 1.5 s late — the timers were on time, the loop that runs them was not). Two causes,
-two cures:
+~120 ms to 1.5 s late — the timers were on time, the loop that runs them was not):
 
-- *All the greenlets that became ready in one loop iteration ran in it*, however many: 1,000
-  enqueues or 1,000 clean-ups after a deadline, ~0.3 ms of Python each, in one stretch. Each
-  step into a greenlet now passes :class:`_Pacer`: the steps of one loop iteration are cut off
-  after ``SLICE_S`` of work; the rest wait in arrival order (FIFO) and are let through a slice per
-  iteration, so timers, I/O and the application's own tasks run between slices.
+- *Every step into a greenlet passes the loop's* :class:`_Pacer`: at most a slice of them
+  (``SLICE_S`` of the loop thread's CPU, never more than ``MAX_SLICE_S``) per loop iteration; the
+  rest wait in arrival order (FIFO), so timers, I/O and the application's own tasks run between
+  slices. Waking a run is a callback, not a task step: a task per acquisition woke 900 tasks in
+  one iteration only for each to find it had to wait for its turn (15–20 ms of the loop).
+- *Deadlines are delivered in slices too, ahead of every step*: a thousand ``LockTimeout`` raised
+  in one iteration were a thousand task steps of the application's at once.
 - *Each store call cost the loop a ``concurrent.futures`` future, a chained asyncio future, a
-  shield and a wake-up of the loop's self-pipe* — half the loop's time in the burst, and every
-  self-pipe wake-up a chance to lose the GIL to one of 24 busy threads for a switch interval.
-  :class:`_BlockingPool` hands a call to a worker with one queue put, and the workers hand the
-  outcomes back in batches: one loop wake-up for all the calls that finished meanwhile.
+  shield and a wake-up of the loop's self-pipe*. :class:`_BlockingPool` hands a call to a worker
+  with one queue put, and the workers hand the outcomes back in batches: one loop wake-up for
+  all the calls that finished meanwhile.
+
+What no runtime can bound: CPython's full garbage collections, which stop the loop for as long
+as walking every tracked object of the process takes — 1,000 waiters are ~100,000 objects of
+chronolock's (``python -m bench asyncio`` reports the collections apart, BENCHMARKS.md).
 
 Leases are renewed by the locker's keeper on its own threads (:mod:`lockclient.keeper`), as for
 the synchronous API: the two meet only through thread-safe, non-blocking calls.
@@ -35,6 +41,8 @@ the synchronous API: the two meet only through thread-safe, non-blocking calls.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import math
 import os
 import queue
 import random
@@ -45,7 +53,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from greenlet import getcurrent, greenlet
 
@@ -74,19 +82,31 @@ log = get_logger("lockclient")
 BLOCKING_WORKERS = 16
 """Threads per event loop for calls that cannot wait on the loop (store drivers, HTTP)."""
 
+IDLE_CHECK_S = 1.0
+"""How often an idle worker looks whether its event loop was closed (then it ends)."""
+
 SLICE_S = 0.002
 """At most about this much greenlet work per loop iteration (:class:`_Pacer`): what chronolock
 adds to the loop's lag for other work when a thousand acquisitions want the loop at once."""
 
-MAX_SLICE_S = 0.05
+MAX_SLICE_S = 0.005
 """The longest slice, however slow the loop's other work (see :class:`_Pacer`)."""
 
-FIRST_STEP_COST_S = 0.0003
-"""What a greenlet step is taken to cost before any was measured (an enqueue, on this machine)."""
+ADMIT_COST_S = 0.000015
+"""What letting an ``aget_lock`` call in is counted to cost the loop (:meth:`_Pacer.admit`): its
+caller's task step then builds the acquisition (~15 µs on this machine: 499 callers let in
+together took 7.5 ms of the next iteration), in the application's task."""
+
+WAKE_COST_S = 0.000015
+"""What waking a caller (a task step raising ``LockTimeout``) is counted to cost the loop: its
+task step runs in the application's task, where the pacer cannot time it (15 µs: 1,000 of them,
+with the benchmark's handling, took ~14 ms in one iteration on this machine at load 10-20)."""
 
 
 class _Bridge(greenlet):
-    """A greenlet run by :func:`run_in_greenlet`: the only place a runtime wait may happen."""
+    """A greenlet driven by a :class:`_Run`: the only place a runtime wait may happen."""
+
+    driver: _Run[Any]
 
 
 _RAISE = object()
@@ -103,11 +123,12 @@ class _Finish:
 
 
 def _await(awaitable: Awaitable[T], on_cancel: object = _RAISE) -> T:
-    """Hand ``awaitable`` to the coroutine driving this greenlet and return its result.
+    """Hand ``awaitable`` to the :class:`_Run` driving this greenlet and return its result.
 
-    ``on_cancel``: what the algorithm gets if the driving task is cancelled meanwhile (see
-    :func:`run_in_greenlet`): a neutral answer for a wait (woken, not set), a :class:`_Finish`
-    for I/O that must complete; by default the CancelledError itself."""
+    ``on_cancel``: what the algorithm gets if its run is interrupted meanwhile (see
+    :meth:`_Run.interrupt`): a neutral answer for a wait (woken, not set), a :class:`_Finish`
+    for I/O that must complete; by default the CancelledError itself. A future is waited for
+    with a callback; anything else (a coroutine) runs as a task of its own — the rare paths."""
     current = getcurrent()
     if not isinstance(current, _Bridge):
         raise RuntimeError("an asyncio-runtime wait outside run_in_greenlet (use the thread runtime here)")
@@ -116,19 +137,14 @@ def _await(awaitable: Awaitable[T], on_cancel: object = _RAISE) -> T:
     return cast(T, parent.switch((awaitable, on_cancel)))
 
 
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
 def in_bridge() -> bool:
     return isinstance(getcurrent(), _Bridge)
 
 
 class Progress:
-    """Where a greenlet run by :func:`run_in_greenlet` stands, for its caller: ``in_io`` while a
-    store call (or another call on the runtime's workers) it started is under way or its outcome
-    not yet taken in — a grant may be landing — and False while it merely waits."""
+    """Where a greenlet run stands, for its caller: ``in_io`` while a store call (or another call
+    on the runtime's workers) it started is under way or its outcome not yet taken in — a grant
+    may be landing — and False while it merely waits."""
 
     __slots__ = ("in_io",)
 
@@ -136,160 +152,385 @@ class Progress:
         self.in_io = False
 
 
+_NEW, _READY, _RUNNING, _WAITING, _DONE = range(5)
+
+
+class _Run(Generic[T]):
+    """One blocking-style function run in a greenlet on the loop, driven by callbacks — no task.
+
+    Whenever the function waits (:func:`_await`), the run attaches a callback to the future it
+    waits for and returns to the loop; the callback puts the run back in its :class:`_Pacer`'s
+    line, which steps it when its turn comes. :attr:`result` is resolved with the function's
+    return value or error. A thousand waiting acquisitions are a thousand suspended greenlets
+    and the futures they wait for — no task each, no coroutine frames, and a wake-up costs the
+    loop a callback rather than a task step (issue 25: 900 acquisition tasks woken in one loop
+    iteration, only to find they had to wait for their turn, held the loop for 15–20 ms).
+
+    ``on_cancel``: see :meth:`interrupt`. ``name``: what :meth:`AsyncioRuntime.task_name` says
+    inside (the caller's task name: owner ids name who asked). The greenlet runs in a copy of
+    the caller's context (contextvars: structured-log bindings reach the algorithm's logs)."""
+
+    __slots__ = (
+        "_bridge",
+        "_context",
+        "_fn",
+        "_if_cancelled",
+        "_interrupt",
+        "_pacer",
+        "_resume",
+        "_runtime",
+        "_state",
+        "_tracked",
+        "_waiting_on",
+        "_wrapped",
+        "name",
+        "on_cancel",
+        "on_done",
+        "progress",
+        "result",
+    )
+
+    def __init__(
+        self,
+        runtime: AsyncioRuntime,
+        fn: Callable[[], T],
+        *,
+        on_cancel: Callable[[], None] | None = None,
+        progress: Progress | None = None,
+        name: str | None = None,
+        on_done: Callable[[asyncio.Future[T]], None] | None = None,
+    ) -> None:
+        self._fn = fn
+        self._runtime = runtime
+        self._tracked = False
+        self.on_done = on_done
+        """Called with :attr:`result` as soon as it is settled (not for a drop), in the same step —
+        cheaper than a done callback (no context copy, no scheduled call)."""
+        self._pacer = runtime.pacer
+        self.result: asyncio.Future[T] = runtime.loop.create_future()
+        self.on_cancel = on_cancel
+        self.progress = progress
+        self.name = name if name is not None else runtime.task_name()
+        self._context = contextvars.copy_context()
+        self._bridge: _Bridge | None = None
+        self._state = _NEW
+        self._resume: Callable[[], Any] | None = None
+        self._waiting_on: asyncio.Future[Any] | None = None
+        self._wrapped = False
+        self._if_cancelled: object = _RAISE
+        self._interrupt: BaseException | None = None
+
+    @property
+    def started(self) -> bool:
+        """Its first step ran (or it was dropped): it may have done something that needs undoing."""
+        return self._state != _NEW
+
+    def start(self) -> None:
+        """Take a turn for the first step, in line (never in the caller's own task step: a burst of
+        a thousand calls costs that iteration a deque entry each, and their first steps come in
+        the next slices)."""
+        self._pacer.enqueue(self)
+
+    def drop(self) -> bool:
+        """Never start it (its caller has gone before its first turn); False if it has started."""
+        if self._state != _NEW:
+            return False
+        self._state = _DONE
+        if self._tracked:
+            self._runtime._run_done(self)
+        self.result.cancel()
+        return True
+
+    def interrupt(self, exc: BaseException) -> None:
+        """The caller was cancelled: with ``on_cancel``, the run is told (``on_cancel()``, an
+        acquisition sets its cancel event) and the wait in progress returns its neutral answer
+        — or, for a store call in flight, its real outcome (:class:`_Finish`) — so the algorithm
+        unwinds by itself; without it (or for a wait with no neutral answer), ``exc`` is raised
+        at the wait. A run not waiting right now (in line for its turn) gets the same treatment
+        at its next step; one that finished is not affected."""
+        if self._state == _DONE:
+            return
+        if self._state == _WAITING:
+            self._interrupt_wait(exc)
+            return
+        if self.on_cancel is not None:
+            self.on_cancel()
+        else:
+            self._interrupt = exc  # raised at its next step, where it waits
+
+    def _interrupt_wait(self, exc: BaseException) -> None:
+        if self.on_cancel is not None and self._if_cancelled is not _RAISE:
+            self.on_cancel()
+            if isinstance(self._if_cancelled, _Finish):
+                return  # the call is under way: its outcome comes as usual
+            resume: Callable[[], Any] = partial(self._switch, self._if_cancelled)
+        else:
+            resume = partial(self._throw, exc)
+        self._detach()
+        self._resume = resume
+        self._state = _READY
+        self._pacer.ready(self)
+
+    def _detach(self) -> None:
+        waited, self._waiting_on = self._waiting_on, None
+        if waited is not None:
+            waited.remove_done_callback(self._woken)
+            if self._wrapped:
+                waited.cancel()  # a coroutine's task (an asyncio.Lock acquisition): give it up
+
+    def _switch(self, value: object) -> Any:
+        assert self._bridge is not None
+        return self._bridge.switch(value)
+
+    def _throw(self, exc: BaseException) -> Any:
+        assert self._bridge is not None
+        return self._bridge.throw(exc)
+
+    def step(self) -> bool:
+        """Run the greenlet until it waits or ends (on the loop, from its pacer); True if it ended
+        (its caller wakes: the pacer counts ``WAKE_COST_S`` for that)."""
+        if self._state == _DONE:
+            return False  # dropped while in line
+        if self._state == _NEW:
+            if self._interrupt is not None:
+                exc, self._interrupt = self._interrupt, None
+                self._finish(None, exc)
+                return True
+            bridge = self._bridge = _Bridge(self._fn, parent=getcurrent())
+            bridge.driver = self
+            bridge.gr_context = self._context
+            resume: Callable[[], Any] = bridge.switch
+        else:
+            assert self._resume is not None
+            resume, self._resume = self._resume, None
+            if self._interrupt is not None:
+                # Interrupted while in line (no on_cancel): the wait it was woken from raises.
+                resume, self._interrupt = partial(self._throw, self._interrupt), None
+        self._state = _RUNNING
+        try:
+            request = resume()
+        except BaseException as exc:
+            # The run's own frames go from the traceback: they reference the run, which keeps the
+            # error in its result — a reference cycle per failed acquisition, left to the collector
+            # (62 objects per LockTimeout: 1,000 deadlines together made a full collection longer).
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_frame.f_code in _OWN_CODE:
+                tb = tb.tb_next
+            exc.__traceback__ = tb
+            self._finish(None, exc)
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            return True
+        current = self._bridge
+        assert current is not None
+        if current.dead:
+            self._finish(request, None)
+            return True
+        awaitable, if_cancelled = request
+        if self.progress is not None:
+            self.progress.in_io = isinstance(if_cancelled, _Finish)
+        self._if_cancelled = if_cancelled
+        if asyncio.isfuture(awaitable):
+            waited = awaitable
+            self._wrapped = False
+        else:
+            waited = asyncio.ensure_future(awaitable)
+            self._wrapped = True
+        self._waiting_on = waited
+        self._state = _WAITING
+        waited.add_done_callback(self._woken)
+        if self._interrupt is not None and not waited.done():
+            exc, self._interrupt = self._interrupt, None
+            self._interrupt_wait(exc)
+        return False
+
+    def _finish(self, value: Any, error: BaseException | None) -> None:
+        self._state = _DONE
+        self._bridge = None  # (a dead greenlet: nothing to keep)
+        if self._tracked:
+            self._runtime._run_done(self)
+        if self.result.done():
+            return
+        if error is None:
+            self.result.set_result(value)
+        elif isinstance(error, asyncio.CancelledError):
+            self.result.cancel()
+        else:
+            self.result.set_exception(error)
+        if self.on_done is not None:
+            self.on_done(self.result)
+
+    def _woken(self, waited: asyncio.Future[Any]) -> None:
+        if waited is not self._waiting_on:
+            return
+        self._waiting_on = None
+        if waited.cancelled():
+            resume: Callable[[], Any] = partial(self._throw, asyncio.CancelledError())
+        else:
+            error = waited.exception()
+            resume = partial(self._throw, error) if error is not None else partial(self._switch, waited.result())
+        self._resume = resume
+        self._state = _READY
+        self._pacer.ready(self)
+
+
+_OWN_CODE = frozenset({_Run.step.__code__, _Run._switch.__code__, _Run._throw.__code__})
+
+
 async def run_in_greenlet(
     fn: Callable[[], T],
     *,
     on_cancel: Callable[[], None] | None = None,
-    admitted: bool = False,
     progress: Progress | None = None,
 ) -> T:
-    """Run blocking-style ``fn`` on this loop: its runtime waits become awaits here.
+    """Run blocking-style ``fn`` on this loop (a :class:`_Run`) and return its result.
 
-    With ``on_cancel``, cancelling the driving task never tears the algorithm apart mid-step:
+    With ``on_cancel``, cancelling the awaiting task never tears the algorithm apart mid-step:
     ``on_cancel()`` runs (an acquisition sets its cancel event), the wait in progress returns a
     neutral answer or — for a store call in flight — its real outcome, and the algorithm unwinds
     by itself (withdrawing its queue cell, giving back a grant). Its own result or error is the
-    task's: a lock granted just as the task was cancelled is returned, so its caller can release it.
-
-    Every step into the greenlet takes its turn at the loop's :class:`_Pacer` first (``admitted``:
-    the first step's turn was taken already, by :meth:`_Pacer.admit`)."""
-    pacer = AsyncioRuntime.current().pacer
-    bridge = _Bridge(fn, parent=getcurrent())
-    resume: Callable[[], Any] = bridge.switch
-    while True:
-        cancelled: BaseException | None = None
-        if not admitted and not pacer.may_run():
-            cancelled = await _wait_for(pacer.turn())
-        admitted = False
-        # Let through with others, but the slice is spent already: first in line for the next.
-        while cancelled is None and pacer.spent_out():
-            cancelled = await _wait_for(pacer.turn(first=True))
-        if cancelled is not None:
-            # Cancelled while waiting for its turn: what the greenlet is owed (a wait's or a store
-            # call's outcome) is at hand; the cancellation reaches it as during a wait.
-            if on_cancel is None:
-                resume = partial(bridge.throw, cancelled)
-            else:
-                on_cancel()
-        started = pacer.clock()
+    task's: a lock granted just as the task was cancelled is returned, so its caller can release
+    it. Without ``on_cancel``, the cancellation is raised at the wait in progress."""
+    run = _Run(AsyncioRuntime.current(), fn, on_cancel=on_cancel, progress=progress)
+    run.start()
+    result = run.result
+    while not result.done():
+        notice: asyncio.Future[None] = result.get_loop().create_future()
+        result.add_done_callback(partial(_resolve_with, notice))
         try:
-            request = resume()
-        finally:
-            pacer.spent(pacer.clock() - started)
-        if bridge.dead:
-            return cast(T, request)
-        awaitable, if_cancelled = request
-        if progress is not None:
-            progress.in_io = isinstance(if_cancelled, _Finish)
-        try:
-            value = await awaitable
+            await notice
         except asyncio.CancelledError as exc:
-            if on_cancel is None or if_cancelled is _RAISE:
-                resume = partial(bridge.throw, exc)
-                continue
-            on_cancel()
-            try:
-                value = (await if_cancelled.call.outcome()) if isinstance(if_cancelled, _Finish) else if_cancelled
-            except BaseException as error:
-                resume = partial(bridge.throw, error)
-                continue
-            resume = partial(bridge.switch, value)
-        except BaseException as exc:
-            resume = partial(bridge.throw, exc)
-        else:
-            resume = partial(bridge.switch, value)
+            run.interrupt(exc)
+    return result.result()
 
 
-async def _wait_for(turn: asyncio.Future[bool]) -> BaseException | None:
-    """Wait for a turn; the cancellation that came instead, if one did."""
-    try:
-        await turn
-    except asyncio.CancelledError as exc:
-        return exc
-    return None
+def _resolve_with(notice: asyncio.Future[None], _: object) -> None:
+    if not notice.done():
+        notice.set_result(None)
+
+
+class _Stepper(Protocol):
+    """What waits in a pacer's line: a :class:`_Run` (or a test's stand-in)."""
+
+    def step(self) -> object:
+        """Take a step; true if that woke a caller (counted ``WAKE_COST_S``)."""
+        ...
 
 
 class _Pacer:
     """Keeps one loop's greenlet steps from hogging it: about ``slice_s`` of them per iteration.
 
-    A step (a resumption of a bridge greenlet, :func:`run_in_greenlet`) may run at once while the
-    current slice has time left and nobody is waiting; otherwise it waits for its turn in arrival
-    order. Once per iteration (:meth:`_next_slice`, a ``call_soon`` callback, so it runs after what
-    was already ready — timers, I/O, other tasks) a new slice starts and lets through as many
-    waiting steps as fit in it, judged by what steps have been costing lately (measured, so a
-    slower or busier machine lets fewer through). A waiting step costs the loop a future, not a
-    poll. ``clock``: for tests (a step "costs" what this clock says it took).
+    A run that becomes ready (its first step, or the wait it was in ended) is stepped at once
+    while nobody is in line and this iteration's slice has time left — a lone hand-over is not
+    delayed — and otherwise waits in line, first come first served. Once per iteration
+    (:meth:`_next_slice`, a ``call_soon`` callback, so it runs after what was already ready —
+    timers, I/O, other tasks) the pacer steps runs from the line until the slice is spent, by
+    :attr:`clock`: the loop's other work runs between slices. A run in line costs the loop a
+    deque entry, no future and no task step.
 
-    How many to let through is judged by the steps' average cost; a step let through that finds
-    the slice spent twice over (dearer steps than the average) waits again, first in line for the
-    next slice — so a slice never runs much over, and the average keeps the line moving: judged
-    by the dearest recent step instead, a loaded machine (every step sometimes descheduled)
-    let so few through that 750 waiters' looks outran the slices and a new ``aget_lock`` waited
-    more than 60 s for its turn.
+    Time is the loop thread's CPU time (``clock``; a test passes its own, by which a step "costs"
+    what it says): what the machine's load adds — the thread descheduled, or waiting for the
+    GIL — is not chronolock's work. Measured by the wall clock, a step on a machine at load 50
+    "cost" ten times its work, a slice held one or two, and the steps 1,000 waiters need to poll
+    outgrew the slices: the line grew without end and new callers never got their turn.
 
-    A slice is ``slice_s`` or as long as the loop's other work took since the last one, whichever
-    is longer (at most ``MAX_SLICE_S``): on a loop whose other work is slow (a synchronous call in
-    the application's own code), chronolock's steps still get half of it."""
+    A slice is ``slice_s``, or as long as the loop's other work took since the last one if that
+    is longer — at most ``max_slice_s``: on a loop whose other work is slow, chronolock's runs
+    still get a share, but no slice ever holds the loop longer than ``max_slice_s`` (the loop lag
+    chronolock may add; it was 50 ms before, and loop CPU stretches of 20–50 ms followed).
+
+    Wake-ups of callers (:meth:`wake`: a ``LockTimeout`` to deliver) have a line of their own,
+    served first in every slice, up to ``max_slice_s`` — a deadline never waits behind a thousand
+    enqueues — and each counts ``WAKE_COST_S`` against the slice, the price of the task step it
+    causes: a thousand deadlines that fall together wake their callers in three or four
+    iterations, not in one."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         slice_s: float = SLICE_S,
-        clock: Callable[[], float] = time.perf_counter,
+        clock: Callable[[], float] = time.thread_time,
+        *,
+        max_slice_s: float = MAX_SLICE_S,
     ) -> None:
         self._loop = loop
         self.slice_s = slice_s
+        self.max_slice_s = max_slice_s
         self.clock = clock
+        self.line: deque[_Stepper] = deque()
+        """Runs waiting for their turn, in arrival order."""
+        self.wakes: deque[Callable[[], None]] = deque()
+        """Wake-ups waiting for their turn (ahead of every run), in arrival order."""
+        self.admissions: deque[tuple[asyncio.Future[bool], float]] = deque()
+        """Calls waiting to be let in (:meth:`admit`), in arrival order."""
         self._used = 0.0
-        self._step_cost = FIRST_STEP_COST_S
-        self._waiting: deque[asyncio.Future[bool]] = deque()
+        """What steps took since the last slice began (that slice's, then inline ones)."""
+        self._inline = 0.0
+        """What inline steps took since the last slice: the next slice is that much shorter."""
+        self._deferred = 0.0
+        """What the last slice's wake-ups and admissions were counted to cost: their callers' task
+        steps run in the next iteration, beside the next slice, which is that much shorter."""
+        self._stepping = False
         self._slice_due = False
         self._budget = slice_s
         self._slice_started = clock()
         self._spent = 0.0
         """Measured step time since the slice started (the rest of the interval is other work)."""
 
-    def may_run(self) -> bool:
-        return not self._waiting and self._used < self.slice_s
+    def ready(self, run: _Stepper) -> None:
+        """``run`` may take a step: now if nobody is in line and the slice has room (and we are
+        on the loop's own greenlet, not inside another step), else in line."""
+        if self.line or self._stepping or self._used >= self._budget or in_bridge():
+            self.enqueue(run)
+            return
+        self._stepping = True
+        started = self.clock()
+        woke = False
+        try:
+            woke = bool(run.step())
+        finally:
+            self._stepping = False
+            took = self.clock() - started + (WAKE_COST_S if woke else 0.0)
+            self._inline += took
+            self.spent(took)
 
-    def spent_out(self) -> bool:
-        """This slice has run twice its length: a step let through should wait for the next."""
-        return self._used >= 2 * self._budget
+    def enqueue(self, run: _Stepper) -> None:
+        """``run`` takes a step in its turn, in a slice."""
+        self.line.append(run)
+        self._due()
 
-    def turn(self, *, first: bool = False) -> asyncio.Future[bool]:
-        """Resolved (True) when it is this step's turn (FIFO; ``first``: ahead of everyone, for a
-        step that had its turn but found the slice spent). Cancelling it gives the turn up."""
+    def admit(self, deadline: float | None = None) -> asyncio.Future[bool] | None:
+        """A new call may start: None if it may now (the slice has room and nobody waits), else a
+        future resolved True when it is let in — a slice's worth per iteration, ``ADMIT_COST_S``
+        each, in arrival order — or False once ``deadline`` (``time.monotonic()``) has passed when
+        its turn comes (no timer each: admissions are served first in every slice, a few hundred
+        per iteration). So a burst of a thousand ``aget_lock`` calls costs their iteration a
+        future each, not a thousand acquisitions' set-up. A future cancelled by then (its caller
+        was) is skipped."""
+        if not self.admissions and not self.line and self._used < self._budget:
+            self._used += ADMIT_COST_S
+            self._inline += ADMIT_COST_S
+            self._due()
+            return None
         waiter: asyncio.Future[bool] = self._loop.create_future()
-        if first:
-            self._waiting.appendleft(waiter)
-        else:
-            self._waiting.append(waiter)
+        self.admissions.append((waiter, math.inf if deadline is None else deadline))
         self._due()
         return waiter
 
-    async def admit(self, deadline: float | None) -> bool:
-        """Wait for a turn to start an acquisition (before its task and greenlet exist: a burst of
-        a thousand ``aget_lock`` calls costs the loop a future each, then comes in slices).
-        False: ``deadline`` (``time.monotonic()``) passed first."""
-        if self.may_run():
-            # What its first step will cost, counted now: that step runs an iteration later,
-            # and the other calls of this burst must not all find the slice still empty.
-            self._used += self._step_cost
+    def wake(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (it wakes a caller) in its turn: never more wake-ups in one iteration
+        than ``max_slice_s`` has room for."""
+        if self.wakes or self._used >= self.max_slice_s:
+            self.wakes.append(callback)
             self._due()
-            return True
-        waiter = self.turn()
-        timer = None if deadline is None else self._loop.call_later(deadline - time.monotonic(), _give_up, waiter)
-        try:
-            return await waiter
-        finally:
-            if timer is not None:
-                timer.cancel()
+            return
+        callback()
+        self.spent(WAKE_COST_S)
 
     def spent(self, seconds: float) -> None:
-        """A step ran for ``seconds`` (by :attr:`clock`, which run_in_greenlet passes on)."""
+        """Steps took ``seconds`` of this iteration (by :attr:`clock`)."""
         self._used += seconds
         self._spent += seconds
-        self._step_cost += (seconds - self._step_cost) * 0.1
         self._due()
 
     def _due(self) -> None:
@@ -299,32 +540,58 @@ class _Pacer:
 
     def _next_slice(self) -> None:
         self._slice_due = False
-        self._used = 0.0
-        now = self.clock()
+        clock = self.clock
+        now = clock()
         other_work = now - self._slice_started - self._spent
         self._slice_started, self._spent = now, 0.0
-        # (Capped: what a step costs the loop beyond its measured switch — waking its task — counts
-        # as other work, and must not feed the next slice without end.)
-        budget = self._budget = min(max(self.slice_s, other_work), MAX_SLICE_S)
-        if not self._waiting:
-            return
-        # The steps let through now run in the next iteration, before the next slice starts: the
-        # callback below is scheduled after their wake-ups, so it runs after them.
-        room = max(1, int(budget / max(self._step_cost, 1e-6)))
-        waiting = self._waiting
-        while waiting and room > 0:
-            waiter = waiting.popleft()
-            if not waiter.done():  # else cancelled, or its deadline passed, while waiting
-                waiter.set_result(True)
-                room -= 1
-        # This iteration's room is given: newcomers queue behind (may_run is False while anyone
-        # waits, and the steps let through count what they spend against spent_out).
-        self._due()
-
-
-def _give_up(waiter: asyncio.Future[bool]) -> None:
-    if not waiter.done():
-        waiter.set_result(False)
+        budget = self._budget = min(max(self.slice_s, other_work), self.max_slice_s)
+        # Steps taken inline since the last slice (in this iteration, or the last one's tail) count
+        # against this one: one slice's worth per iteration in all, give or take one step.
+        used, self._inline = self._inline + self._deferred, 0.0
+        deferred = 0.0
+        line, wakes = self.line, self.wakes
+        self._stepping = True
+        try:
+            # Wake-ups get up to the longest slice, whatever the steps' budget: every iteration
+            # that a deadline waits is an iteration of the loop's other work, however long the
+            # machine's load makes it (at load 50, ten iterations of 100 wake-ups each made
+            # LockTimeout 0.4-0.8 s late).
+            while wakes and used < self.max_slice_s:
+                wakes.popleft()()
+                used += WAKE_COST_S
+                deferred += WAKE_COST_S
+            admissions = self.admissions
+            if admissions:
+                now_s = time.monotonic()
+                while admissions and used < budget:
+                    admitted, deadline = admissions.popleft()
+                    if admitted.done():
+                        continue  # its caller was cancelled
+                    if deadline <= now_s:
+                        admitted.set_result(False)  # LockTimeout, having done nothing
+                        used += WAKE_COST_S
+                        deferred += WAKE_COST_S
+                        continue
+                    admitted.set_result(True)
+                    used += ADMIT_COST_S
+                    deferred += ADMIT_COST_S
+            if line and used >= budget:
+                used = budget - 1e-9  # but one step per slice, whatever happened inline: progress
+            while line and used < budget:
+                entry = line.popleft()
+                started = clock()
+                woke = False
+                try:
+                    woke = bool(entry.step())
+                finally:
+                    used += clock() - started + (WAKE_COST_S if woke else 0.0)
+        finally:
+            self._stepping = False
+            self._used = used
+            self._spent += used
+            self._deferred = deferred
+            if line or wakes or self.admissions:
+                self._due()
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -367,25 +634,22 @@ class _AioEvent:
     def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
         self._waiters.discard(waiter)
 
-    async def _wait(self, timeout: float | None) -> bool:
-        loop = self._runtime.loop
-        waiter: asyncio.Future[None] = loop.create_future()
-        timer = None if timeout is None else loop.call_later(timeout, _resolve, waiter)
-        self.add_waiter(waiter)
-        try:
-            await waiter
-        finally:
-            self.remove_waiter(waiter)
-            if timer is not None:
-                timer.cancel()
-        return self._flag
-
     def wait(self, timeout: float | None = None) -> bool:
         if self._flag:
             return True
         if timeout is not None and timeout <= 0:
             return False
-        return _await(self._wait(timeout), self._flag)
+        loop = self._runtime.loop
+        waiter: asyncio.Future[None] = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _resolve, waiter)
+        self.add_waiter(waiter)
+        try:
+            _await(waiter, False)
+        finally:
+            self.remove_waiter(waiter)
+            if timer is not None:
+                timer.cancel()
+        return self._flag
 
 
 class _AioLock:
@@ -503,31 +767,19 @@ class _Call(Generic[T]):
     """One call on a :class:`_BlockingPool`'s worker; its outcome reaches the loop in a batch.
 
     :attr:`done` is resolved with ``(value, error)`` — never with an exception, so an outcome
-    nobody waits for any more (its caller was cancelled) is never reported as unretrieved."""
+    nobody waits for any more (its caller was cancelled) is never reported as unretrieved. A run
+    interrupted while it waits for a call keeps waiting for it (:class:`_Finish`): nothing but
+    :meth:`AsyncioRuntime.run_blocking`'s cancelled caller ever cancels it."""
 
-    __slots__ = ("_late", "_outcome", "done", "fn")
+    __slots__ = ("done",)
 
-    def __init__(self, fn: Callable[[], T], loop: asyncio.AbstractEventLoop) -> None:
-        self.fn = fn
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.done: asyncio.Future[tuple[T | None, BaseException | None]] = loop.create_future()
-        self._outcome: tuple[T | None, BaseException | None] | None = None
-        self._late: asyncio.Future[tuple[T | None, BaseException | None]] | None = None
 
     def settle(self, outcome: tuple[T | None, BaseException | None]) -> None:
         """On the loop: the worker has finished."""
-        self._outcome = outcome
         if not self.done.done():
             self.done.set_result(outcome)
-        if self._late is not None and not self._late.done():
-            self._late.set_result(outcome)
-
-    async def outcome(self) -> tuple[T | None, BaseException | None]:
-        """What :attr:`done` tells, even after it was cancelled with its waiter."""
-        if self._outcome is not None:
-            return self._outcome
-        if self._late is None:
-            self._late = self.done.get_loop().create_future()
-        return await asyncio.shield(self._late)
 
 
 def _unpack(outcome: tuple[T | None, BaseException | None]) -> T:
@@ -560,7 +812,7 @@ class _BlockingPool:
 
     def start(self, fn: Callable[[], T]) -> _Call[T]:
         """On the loop: run ``fn`` on a worker; :attr:`_Call.done` tells its outcome."""
-        call = _Call(fn, self._loop)
+        call: _Call[T] = _Call(self._loop)
         self._put(fn, call)
         return call
 
@@ -585,7 +837,18 @@ class _BlockingPool:
         while True:
             with self._count_lock:
                 self._idle += 1
-            fn, call = self._jobs.get()
+            try:
+                fn, call = self._jobs.get(timeout=IDLE_CHECK_S)
+            except queue.Empty:
+                # Its loop is gone (closed): nothing can come any more. (Without this, every event
+                # loop that ever used chronolock left its workers blocked here for good: 16
+                # threads per asyncio.run.)
+                with self._count_lock:
+                    self._idle -= 1
+                    if self._loop.is_closed():
+                        self._threads -= 1
+                        return
+                continue
             with self._count_lock:
                 self._idle -= 1
             try:
@@ -618,6 +881,15 @@ _RUNTIMES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioRuntime] 
 _RUNTIMES_LOCK = threading.Lock()
 
 
+class _Last(threading.local):
+    """The runtime this thread asked for last (a loop runs in one thread)."""
+
+    runtime: AsyncioRuntime | None = None
+
+
+_LAST = _Last()
+
+
 class AsyncioRuntime:
     """The runtime of one event loop (:meth:`current`)."""
 
@@ -632,16 +904,56 @@ class AsyncioRuntime:
         self._random = RandomPool()
         self._host = host_name()
         self._tasks: set[asyncio.Task[object]] = set()
+        self._runs: set[_Run[Any]] = set()
+        self._all_done: asyncio.Future[None] | None = None
+        self._guardian: asyncio.Task[None] | None = None
 
     @classmethod
     def current(cls) -> AsyncioRuntime:
         """The runtime of the running loop (one per loop, made on first use)."""
         loop = asyncio.get_running_loop()
+        last = _LAST.runtime
+        if last is not None and last.loop is loop:
+            return last  # (the common case, without a lock and a weak-key lookup: every aget_lock asks)
         with _RUNTIMES_LOCK:
             runtime = _RUNTIMES.get(loop)
             if runtime is None:
                 runtime = _RUNTIMES[loop] = cls(loop)
+        _LAST.runtime = runtime
         return runtime
+
+    def start(self, run: _Run[T]) -> None:
+        """Start ``run``, which no task awaits to the end: an acquisition whose caller may leave
+        (``LockTimeout``, cancellation) while it still cleans up. Such runs are watched by one
+        task per loop (:meth:`_guard`): when the loop shuts down (``asyncio.run`` cancels every
+        task), they are interrupted and waited for, as a task of their own would be — so a queue
+        cell is withdrawn, not renewed by the keeper for as long as the process lives."""
+        self._runs.add(run)
+        run._tracked = True
+        if self._guardian is None:
+            self._guardian = self.loop.create_task(self._guard(), name="chronolock-runs")
+        run.start()
+
+    def _run_done(self, run: _Run[Any]) -> None:
+        self._runs.discard(run)
+        if not self._runs and self._all_done is not None:
+            _resolve(self._all_done)
+
+    async def _guard(self) -> None:
+        interrupted: BaseException | None = None
+        try:
+            while self._runs:
+                self._all_done = self.loop.create_future()
+                try:
+                    await self._all_done
+                except asyncio.CancelledError as exc:
+                    interrupted = exc
+                    for run in list(self._runs):
+                        run.interrupt(exc)
+        finally:
+            self._guardian = self._all_done = None
+        if interrupted is not None:
+            raise interrupted
 
     def on_loop(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` on the loop: now if we are on it, else soon (thread-safe)."""
@@ -662,7 +974,13 @@ class AsyncioRuntime:
         return time.time_ns() // 1_000
 
     def sleep(self, seconds: float) -> None:
-        _await(asyncio.sleep(max(0.0, seconds)), None)
+        # A future and a timer, not asyncio.sleep (a coroutine would need a task of its own).
+        waiter: asyncio.Future[None] = self.loop.create_future()
+        timer = self.loop.call_later(max(0.0, seconds), _resolve, waiter)
+        try:
+            _await(waiter, None)
+        finally:
+            timer.cancel()
 
     # -- primitives -----------------------------------------------------------------------------------
 
@@ -727,6 +1045,9 @@ class AsyncioRuntime:
         return os.getpid()
 
     def task_name(self) -> str:
+        current = getcurrent()
+        if isinstance(current, _Bridge):
+            return current.driver.name  # the task that started the run (greenlets run in none)
         try:
             task = asyncio.current_task(self.loop)
         except RuntimeError:
@@ -866,27 +1187,24 @@ class _AioListener:
             if self._waiter is not None:
                 _resolve(self._waiter)
 
-    async def _readable(self, timeout: float, cancel: Event | None) -> None:
-        loop = self._runtime.loop
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiter = waiter
-        timer = loop.call_later(timeout, _resolve, waiter)
-        hooked = cancel if isinstance(cancel, _AioEvent) else None
-        if hooked is not None:
-            hooked.add_waiter(waiter)
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            timer.cancel()
-            if hooked is not None:
-                hooked.remove_waiter(waiter)
-
     def wait(self, timeout: float, cancel: Event | None = None) -> bool:
         if cancel is not None and cancel.is_set():
             return False
         if not self._woken and timeout > 0:
-            _await(self._readable(timeout, cancel), None)
+            loop = self._runtime.loop
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiter = waiter
+            timer = loop.call_later(timeout, _resolve, waiter)
+            hooked = cancel if isinstance(cancel, _AioEvent) else None
+            if hooked is not None:
+                hooked.add_waiter(waiter)
+            try:
+                _await(waiter, None)
+            finally:
+                self._waiter = None
+                timer.cancel()
+                if hooked is not None:
+                    hooked.remove_waiter(waiter)
         woken, self._woken = self._woken, False
         return woken
 

@@ -74,6 +74,27 @@ def _paced(loop: asyncio.AbstractEventLoop, *, step: float = 0.0005) -> tuple[_P
     return runtime.pacer, clock
 
 
+class Filler:
+    """A stand-in for another acquisition's step in the pacer's line: it "costs" a whole slice by
+    the :class:`StepClock`, so one of them runs per loop iteration."""
+
+    def __init__(self, clock: StepClock, slice_s: float) -> None:
+        self.clock = clock
+        self.slice_s = slice_s
+        self.done = False
+
+    def step(self) -> None:
+        self.clock.now += self.slice_s
+        self.done = True
+
+
+def _fill(pacer: _Pacer, clock: StepClock, n: int) -> list[Filler]:
+    fillers = [Filler(clock, pacer.slice_s) for _ in range(n)]
+    pacer.line.extend(fillers)
+    pacer.spent(0.0)  # (schedules the next slice)
+    return fillers
+
+
 def _count_steps(monkeypatch: pytest.MonkeyPatch, turns: Turns, clock: StepClock, into: Counter[int]) -> None:
     """Record, for every step into a bridge greenlet, the other task's turn it ran in; each step
     takes ``clock.step`` by the pacer's clock."""
@@ -180,22 +201,22 @@ def test_a_timeout_fires_with_no_store_reply_at_all(store: CellStore) -> None:
 
 
 def test_a_call_that_never_got_its_turn_times_out_having_touched_nothing(store: CellStore) -> None:
-    """The loop's turns are spoken for (50,000 steps wait ahead, one let through per iteration):
-    an ``aget_lock`` with a 10 ms timeout raises LockTimeout while still waiting for its turn — no
-    queue cell written, nothing to clean up — and a call with no deadline is served once the
-    turns come round."""
+    """The loop's turns are spoken for (50,000 steps wait ahead, one per iteration): an
+    ``aget_lock`` with a 10 ms timeout raises LockTimeout while still waiting for its first turn —
+    no queue cell written, nothing to clean up — and a call with no deadline is served once the
+    turns come round, after every step that was in line before it (FIFO)."""
 
     async def scenario() -> None:
         with RemoteLocker(store, lease=10) as locker:
             loop = asyncio.get_running_loop()
-            pacer, _ = _paced(loop)
-            pacer.spent(pacer.slice_s)  # a step that took a whole slice: one step per slice from now
-            ahead = [pacer.turn() for _ in range(50_000)]
+            pacer, clock = _paced(loop)
+            ahead = _fill(pacer, clock, 50_000)
             with pytest.raises(LockTimeout, match="turn"):
                 await locker.aget_lock("never", timeout=0.01)
+            assert not all(filler.done for filler in ahead), "the timeout waited for the line"
             assert locker.status("never").queue == []
             served = await asyncio.wait_for(locker.aget_lock("never"), 60)
-            assert all(turn.done() for turn in ahead), "a later call overtook the steps waiting ahead"
+            assert all(filler.done for filler in ahead), "a later call overtook the steps waiting ahead"
             await asyncio.to_thread(served.release)
 
     asyncio.run(scenario())
@@ -206,6 +227,7 @@ def test_blocking_calls_keep_their_outcomes_and_errors(store: CellStore) -> None
     call was made), and a caller cancelled meanwhile leaves the others' outcomes intact."""
 
     async def scenario() -> None:
+        threads_before = threading.active_count()
         runtime = AsyncioRuntime.current()
         release = threading.Event()
 
@@ -227,7 +249,8 @@ def test_blocking_calls_keep_their_outcomes_and_errors(store: CellStore) -> None
                 assert isinstance(outcome, ValueError) and outcome.args == (i,)
             else:
                 assert outcome == i
-        assert threading.active_count() < 50 + 5, "a thread per call"
+        # (Counted from before this loop's runtime: earlier tests' loops may still have workers.)
+        assert threading.active_count() - threads_before < 50, "a thread per call"
 
     asyncio.run(scenario())
 
@@ -249,22 +272,21 @@ def test_a_waiting_acquisition_times_out_at_its_deadline_without_waiting_for_its
                     await asyncio.to_thread(holder.release)
                     return False
                 await asyncio.sleep(0.01)
-            pacer, _ = _paced(asyncio.get_running_loop())
-            pacer.spent(10.0)  # steps are dear: one per slice
-            # A line that never runs dry while the waiter waits: two more turns each loop iteration than
-            # the one let through (a fixed 100,000 drained before the deadline on a quiet machine).
-            ahead = [pacer.turn() for _ in range(1000)]
+            pacer, clock = _paced(asyncio.get_running_loop())
+            # A line that never runs dry while the waiter waits: two more steps each loop iteration
+            # than the one let through (a fixed 100,000 drained before the deadline on a quiet machine).
+            ahead = _fill(pacer, clock, 1000)
             feeding = True
 
             async def feed() -> None:
                 while feeding:
-                    ahead.extend((pacer.turn(), pacer.turn()))
+                    ahead.extend(_fill(pacer, clock, 2))
                     await asyncio.sleep(0)
 
             feeder = asyncio.create_task(feed())
             with pytest.raises(LockTimeout):
                 await asyncio.wait_for(task, 25)
-            waiting_ahead = sum(not turn.done() for turn in ahead)
+            waiting_ahead = sum(not filler.done for filler in ahead)
             feeding = False
             await feeder
             assert waiting_ahead > 0, "the timeout waited for the line"

@@ -202,7 +202,8 @@ def test_a_timeout_is_honoured_while_the_store_stalls_the_clean_up(store: CellSt
                 with pytest.raises(LockTimeout):
                     await second.aget_lock("stall", timeout=0.5)
                 late = time.monotonic() - started - 0.5
-            assert stalled.is_set(), "the withdrawal never reached the store"
+            # The withdrawal starts at the deadline too, before or just after LockTimeout is raised.
+            assert await asyncio.to_thread(stalled.wait, 10), "the withdrawal never reached the store"
             assert late <= HONOURED_WITHIN_S + lag.worst, f"LockTimeout came {late:.2f} s late"
             assert len(first.status("stall").queue) == 2, "the withdrawal cannot have finished yet"
             unstall.set()
