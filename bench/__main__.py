@@ -101,6 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         "at most 60 s)",
     )
     parser.add_argument(
+        "--setup-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="scale benchmark: if a point's locks are not all held after S seconds, its holders stop taking "
+        "more and the point is measured at the N they hold (reported)",
+    )
+    parser.add_argument(
         "--replication-factor",
         type=int,
         default=3,
@@ -166,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             points=args.points,
             victim_lease=args.victim_lease,
             replication_factor=args.replication_factor,
+            setup_timeout=args.setup_timeout,
         )
     if args.which in ("all", "queues"):
         from bench import queues

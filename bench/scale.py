@@ -152,6 +152,8 @@ class Point:
     renewal_late_max_s: float = math.nan
     renewal_least_left_s: float = math.nan
     """The least validity a holder's lease had left when a renewal of it started."""
+    n_target: int | None = None
+    """The N asked for, when the setup deadline came first (then ``n`` is what was held)."""
     acquire_retries: int = 0
     """Acquisitions that failed while taking the locks and were tried again (bench/scale_holder.py)."""
     store_server_cpu_cores: float | None = None
@@ -215,6 +217,9 @@ class _Holder:
         alive = [e for e in _events(self.status) if e["event"] == "alive"]
         return alive[-1] if alive else {}
 
+    def held_count(self) -> int:
+        return sum(int(e["held"]) for e in _events(self.status) if e["event"] == "held")
+
     def lost(self) -> int:
         return int(self.last_alive().get("lost", 0))
 
@@ -251,7 +256,11 @@ class _Totals:
 
 
 def _totals(lw: ServiceProcess) -> _Totals:
-    text = lw.metrics()
+    return parse_totals(lw.metrics())
+
+
+def parse_totals(text: str) -> _Totals:
+    """The counters :class:`_Totals` holds, from a replica's Prometheus text."""
 
     def value(name: str) -> float:
         match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
@@ -333,9 +342,12 @@ def run_point(
     store_url: str | None = None,
     victim_lease: float | None = None,
     replication_factor: int = 3,
+    setup_timeout: float | None = None,
 ) -> Point:
     """One point. ``store_url`` None: a fresh SQLite file in ``workdir``; else a keyspace of its own
-    on that store (created here, dropped at the end)."""
+    on that store (created here, dropped at the end). ``setup_timeout``: if the locks are not all
+    held by then, the holders stop taking more and the point is measured at the N they hold
+    (reported, with ``n_target`` the N asked for)."""
     victim_lease = lease if victim_lease is None else victim_lease
     networked = store_url is not None and not store_url.startswith("sqlite:")
     point = Point(n=n, k=k, lease=lease, victim_lease=victim_lease, store="sqlite" if not networked else "cassandra")
@@ -391,7 +403,23 @@ def run_point(
             for i in range(VICTIMS)
         ]
         # On a networked store one acquisition is a few round trips: allow 20 per second at least.
-        _wait(lambda: all(h.held() for h in holders + victims), max(900, n / 20), f"{n:,} locks to be held")
+        limit = max(900, n / 20) if setup_timeout is None else setup_timeout
+        try:
+            _wait(lambda: all(h.held() for h in victims), 300, "the victims' locks to be held")
+            left = max(1.0, limit - (time.monotonic() - started))
+            _wait(lambda: all(h.held() for h in holders), left, f"{n:,} locks to be held")
+        except RuntimeError:
+            if setup_timeout is None:
+                raise
+            # The setup deadline: the holders stop taking locks and the point goes on with what they hold.
+            for h in holders:
+                if h.proc.poll() is None:
+                    os.kill(h.proc.pid, signal.SIGUSR1)
+            _wait(lambda: all(h.held() for h in holders), 300, "the holders to stop taking locks")
+            held = sum(h.held_count() for h in holders) + VICTIMS
+            point.errors.append(f"setup deadline {setup_timeout:g} s: {held:,} of {n:,} locks held, measured at that N")
+            point.n_target, point.n = n, held
+            n = held
         point.setup_s = round(time.monotonic() - started, 1)
         point.acquire_retries = sum(
             int(e.get("acquire_errors", 0))
@@ -627,6 +655,7 @@ def run(
     points: str | None = None,
     victim_lease: float | None = None,
     replication_factor: int = 3,
+    setup_timeout: float | None = None,
 ) -> dict[str, Any]:
     networked = store_url is not None and not store_url.startswith("sqlite:")
     top = max_n or only_n or (10_000 if quick else 100_000)
@@ -660,6 +689,7 @@ def run(
                     store_url=store_url,
                     victim_lease=victims,
                     replication_factor=replication_factor,
+                    setup_timeout=setup_timeout,
                 )
             )
         # Written after every point: a long run stopped half-way keeps what it measured.
@@ -772,6 +802,26 @@ def _write(
     }
     write_results(name, data, markdown)
     return data
+
+
+def combine(paths: list[Path], store_url: str, replication_factor: int = 3) -> dict[str, Any]:
+    """Write ``scale-ring.*`` again from the points of several runs' ``.json`` files (runs of one
+    point each, e.g. ``--only-n``), in the order given; each point keeps its own load columns."""
+    loaded = [json.loads(path.read_text()) for path in paths]
+    points_done = [Point(**p) for data in loaded for p in data["points"]]
+    machine = dict(loaded[0]["machine"])
+    machine["runs"] = [data["machine"] for data in loaded]
+    return _write(
+        points_done,
+        machine,
+        quick=False,
+        top=max(p.n for p in points_done),
+        only_n=None,
+        points="combined",
+        store_url=store_url,
+        replication_factor=replication_factor,
+        final=True,
+    )
 
 
 def _redacted(store_url: str | None) -> str:

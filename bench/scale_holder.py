@@ -24,7 +24,8 @@ Writes JSON lines to FILE (one write + flush each):
 * with ``--victim``: ``{"event": "renewed", "started_ns": ..., "done_ns": ...}`` for every
   successful renewal (CLOCK_MONOTONIC, system-wide: the benchmark compares it with its own).
 
-The process holds until it is signalled; SIGTERM exits without releasing (the store is a
+SIGUSR1 while it is taking its locks: take no more, report ``held`` with what it holds (the
+acquisitions in flight finish). The process holds until it is signalled; SIGTERM exits without releasing (the store is a
 temporary file, or a keyspace the benchmark drops), SIGKILL is how a victim dies.
 """
 
@@ -131,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
 
     signal.signal(signal.SIGTERM, on_term)
+    enough = threading.Event()
+
+    def on_usr1(signum: int, frame: FrameType | None) -> None:
+        enough.set()  # take no more locks: hold what is held (the benchmark's setup deadline)
+
+    signal.signal(signal.SIGUSR1, on_usr1)
     lateness = _Lateness()
     _record_renewals(report if args.victim else None, lateness)
     lost = 0
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def take(i: int) -> None:
         for attempt in range(ATTEMPTS):
-            if stop.is_set():
+            if stop.is_set() or enough.is_set():
                 return
             try:
                 lock = locker.get_lock(f"{args.prefix}{i:06d}", timeout=120)
