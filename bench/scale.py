@@ -152,6 +152,8 @@ class Point:
     renewal_late_max_s: float = math.nan
     renewal_least_left_s: float = math.nan
     """The least validity a holder's lease had left when a renewal of it started."""
+    label: str = ""
+    """What distinguishes this point from others of the same N in a combined table (e.g. the code)."""
     n_target: int | None = None
     """The N asked for, when the setup deadline came first (then ``n`` is what was held)."""
     acquire_retries: int = 0
@@ -421,12 +423,13 @@ def run_point(
             point.n_target, point.n = n, held
             n = held
         point.setup_s = round(time.monotonic() - started, 1)
-        point.acquire_retries = sum(
-            int(e.get("acquire_errors", 0))
-            for h in holders + victims
-            for e in _events(h.status)
-            if e["event"] == "held"
-        )
+        held_events = [e for h in holders + victims for e in _events(h.status) if e["event"] == "held"]
+        point.acquire_retries = sum(int(e.get("acquire_errors", 0)) for e in held_events)
+        failed = [lock_id for e in held_events for lock_id in e.get("failed", [])]
+        if failed and point.n_target is None:
+            point.errors.append(f"{len(failed)} ids not taken after 5 tries each ({', '.join(failed[:5])})")
+            point.n_target, point.n = n, n - len(failed)
+            n = point.n
         print(f"[bench]   {n:,} locks held after {point.setup_s:.0f} s", flush=True)
 
         # Warm-up: every lock is new to leasewatch (looked at in two scans), then steady state.
@@ -595,18 +598,21 @@ def _plot(points: list[Point], path: Path, where: str = "embedded store") -> Non
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for k in sorted({p.k for p in points}):
-        ours = sorted((p for p in points if p.k == k and not p.errors), key=lambda p: p.n)
+    # One series per K (and label, in a combined table); a point measured at fewer ids than asked
+    # (the setup deadline) is drawn at the N it held.
+    for k, label in sorted({(p.k, p.label) for p in points}):
+        ours = sorted((p for p in points if (p.k, p.label) == (k, label) and p.revocation_s), key=lambda p: p.n)
         if not ours:
             continue
+        name = f"K={k}" + (f", {label}" if label else "")
         ns = [p.n for p in ours]
-        left.plot(ns, [p.scan_ms_mean for p in ours], marker="o", label=f"K={k}: mean scan")
-        left.plot(ns, [p.scan_ms_max for p in ours], marker="x", linestyle="--", label=f"K={k}: max scan")
+        left.plot(ns, [p.scan_ms_mean for p in ours], marker="o", label=f"{name}: mean scan")
+        left.plot(ns, [p.scan_ms_max for p in ours], marker="x", linestyle="--", label=f"{name}: max scan")
         # Beyond the lease: what leasewatch adds (grace, look period, scan), comparable across leases.
-        worst = [max(p.revocation_s) - p.victim_lease if p.revocation_s else float("nan") for p in ours]
-        right.plot(ns, worst, marker="o", label=f"K={k}: worst of 3 victims")
+        worst = [max(p.revocation_s) - p.victim_lease for p in ours]
+        right.plot(ns, worst, marker="o", label=f"{name}: worst of 3 victims")
         bounds = [p.bound_s - p.victim_lease for p in ours]
-        right.plot(ns, bounds, linestyle=":", marker=".", label=f"K={k}: documented bound")
+        right.plot(ns, bounds, linestyle=":", marker=".", label=f"{name}: documented bound")
     for ax in (left, right):
         ax.set_xscale("log")
         ax.set_xlabel("live lock ids (N)")
@@ -722,7 +728,7 @@ def _write(
     networked = store_url is not None and not store_url.startswith("sqlite:")
     rows = [
         [
-            f"{p.n:,}",
+            f"{p.n:,}" + (f" ({p.label})" if p.label else "") + (f" of {p.n_target:,}" if p.n_target else ""),
             p.k,
             f"{p.lease:g}" + ("" if p.victim_lease == p.lease else f" ({p.victim_lease:g})"),
             " / ".join(f"{x:.2f}" for x in p.loadavg),
@@ -804,11 +810,20 @@ def _write(
     return data
 
 
-def combine(paths: list[Path], store_url: str, replication_factor: int = 3) -> dict[str, Any]:
+def combine(
+    paths: list[Path], store_url: str, labels: list[str] | None = None, replication_factor: int = 3
+) -> dict[str, Any]:
     """Write ``scale-ring.*`` again from the points of several runs' ``.json`` files (runs of one
-    point each, e.g. ``--only-n``), in the order given; each point keeps its own load columns."""
+    point each, e.g. ``--only-n``), in the order given, each labelled (``labels``, one per file);
+    each point keeps its own load columns."""
     loaded = [json.loads(path.read_text()) for path in paths]
-    points_done = [Point(**p) for data in loaded for p in data["points"]]
+    points_done = []
+    for i, data in enumerate(loaded):
+        for raw in data["points"]:
+            point = Point(**raw)
+            if labels is not None:
+                point.label = labels[i]
+            points_done.append(point)
     machine = dict(loaded[0]["machine"])
     machine["runs"] = [data["machine"] for data in loaded]
     return _write(
