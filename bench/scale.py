@@ -597,7 +597,7 @@ def _plot(points: list[Point], path: Path, where: str = "embedded store") -> Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right, late) = plt.subplots(1, 3, figsize=(16, 4.4))
     # One series per K (and label, in a combined table); a point measured at fewer ids than asked
     # (the setup deadline) is drawn at the N it held.
     for k, label in sorted({(p.k, p.label) for p in points}):
@@ -613,13 +613,25 @@ def _plot(points: list[Point], path: Path, where: str = "embedded store") -> Non
         right.plot(ns, worst, marker="o", label=f"{name}: worst of 3 victims")
         bounds = [p.bound_s - p.victim_lease for p in ours]
         right.plot(ns, bounds, linestyle=":", marker=".", label=f"{name}: documented bound")
-    for ax in (left, right):
+        renewed = [p for p in ours if p.renewals]
+        if renewed:
+            late.plot([p.n for p in renewed], [p.renewal_late_p99_s for p in renewed], marker="o", label=f"{name}: p99")
+            late.plot(
+                [p.n for p in renewed],
+                [p.renewal_late_max_s for p in renewed],
+                marker="x",
+                linestyle="--",
+                label=f"{name}: max",
+            )
+    for ax in (left, right, late):
         ax.set_xscale("log")
         ax.set_xlabel("live lock ids (N)")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     left.set_ylabel("leasewatch scan duration (ms)")
     left.set_yscale("log")
+    late.set_ylabel("holders' renewal lateness: start − due (s)")
+    late.set_yscale("log")
     right.set_ylabel("last renewal → revocation, minus the victims' lease (s)")
     leases = ", ".join(sorted({f"{p.n:,}: {p.lease:g} s" for p in points}))
     fig.suptitle(f"leasewatch at scale ({where}; lease {leases})", fontsize=9)
