@@ -13,38 +13,57 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from lockclient import RemoteLocker, open_store
 from lockclient.errors import StoreError
-from lockclient.keeper import BATCH_MAX
-from lockclient.store import CellStore
+from lockclient.store import CellStore, VersionedTable
 from lockclient.store.base import CasResult, CompareAndSet
 from lockclient.store.counting import CountingStore
 
 
 class GatedStore(CountingStore):
-    """Renewal batches (``compare_and_set_many``) wait for ``gate`` while ``closed`` is set."""
+    """Renewals (``compare_and_set_many``, and ``compare_and_set`` for one due alone): their sizes
+    are recorded in ``batches`` while ``recording`` is set, and they wait for ``gate`` while
+    ``closed`` is set."""
 
     def __init__(self, store: CellStore) -> None:
         super().__init__(store, client_metrics=False)
+        self.recording = threading.Event()
         self.closed = threading.Event()
         self.gate = threading.Event()
         self.batches: list[int] = []
         self.blocked = 0
         self._cond = threading.Condition()
 
-    def compare_and_set_many(self, ops: Sequence[CompareAndSet]) -> Iterator[tuple[int, CasResult | StoreError]]:
+    def _renewing(self, size: int) -> None:
         with self._cond:
-            self.batches.append(len(ops))
+            if self.recording.is_set():
+                self.batches.append(size)
             gated = self.closed.is_set()
             if gated:
                 self.blocked += 1
                 self._cond.notify_all()
         if gated:
             assert self.gate.wait(120), "the test never opened the gate"
+
+    def compare_and_set_many(self, ops: Sequence[CompareAndSet]) -> Iterator[tuple[int, CasResult | StoreError]]:
+        self._renewing(len(ops))
         return super().compare_and_set_many(ops)
+
+    def compare_and_set(
+        self,
+        row: str,
+        expected: Mapping[str, str | None],
+        updates: Mapping[str, str | None],
+        *,
+        table: VersionedTable = VersionedTable.LEASE,
+    ) -> CasResult:
+        # A renewal due alone goes through the single compare-and-set (after the locks are taken,
+        # nothing else sends one here).
+        self._renewing(1)
+        return super().compare_and_set(row, expected, updates, table=table)
 
     def wait_blocked(self, n: int, timeout: float = 120) -> bool:
         with self._cond:
@@ -62,29 +81,34 @@ def _wait_until(predicate: Callable[[], bool], timeout: float = 120) -> bool:
 
 
 def test_renewals_due_while_every_worker_is_busy_go_out_in_one_batch(tmp_path: Path) -> None:
-    workers = 2
     count = 40
     with open_store(f"sqlite:///{tmp_path}/cells.db") as inner:
         store = GatedStore(inner)
-        # A long lease: nothing expires while the test holds renewals back, whatever the load.
-        locker = RemoteLocker(store, lease=60.0, keeper_workers=workers)
+        # One worker; a long lease (first renewal 40 s after the grant): the locks are all taken before it,
+        # and nothing expires while the test holds renewals back, whatever the load.
+        locker = RemoteLocker(store, lease=120.0, keeper_workers=1)
         try:
-            locks = [locker.get_lock(f"gated-{i:03d}", timeout=60) for i in range(count)]
+            monotonic = locker.runtime.monotonic
+            first = locker.get_lock("gated-000", timeout=60)
+            # The others come due well after the first (the keeper batches what is due within 50 ms).
+            gap_from = monotonic()
+            assert _wait_until(lambda: monotonic() > gap_from + 5.0)
+            locks = [first] + [locker.get_lock(f"gated-{i:03d}", timeout=60) for i in range(1, count)]
             leases = [lock._lease for lock in locks]
+            store.recording.set()
             store.closed.set()
-            # Every worker stuck in a renewal batch ...
-            assert store.wait_blocked(workers), "the workers never started renewing"
-            stuck = list(store.batches)
-            # ... until every lease has come due (each due lease/3 after its grant).
+            # The worker stuck in the first lease's renewal ...
+            assert store.wait_blocked(1), "the worker never started renewing"
+            assert store.batches == [1], store.batches
+            # ... until every other lease has come due (each due lease/3 after its grant).
             latest_due = max(lease.next_due() for lease in leases)
-            assert _wait_until(lambda: locker.runtime.monotonic() > latest_due + 0.2)
+            assert _wait_until(lambda: monotonic() > latest_due + 0.2)
             store.closed.clear()
             store.gate.set()
-            renewed_once = sum(stuck)
-            # The rest comes in one batch when a worker is free (at most BATCH_MAX at once).
+            # The rest comes in one batch once the worker is free.
             assert _wait_until(lambda: sum(store.batches) >= count)
-            later = store.batches[len(stuck) :]
-            assert max(later) >= min(BATCH_MAX, count - renewed_once), store.batches
+            store.recording.clear()
+            assert store.batches[:2] == [1, count - 1], store.batches
             assert not any(lock.lost.is_set() for lock in locks)
         finally:
             locker.close()
