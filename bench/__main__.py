@@ -80,6 +80,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only-n", type=int, default=None, help="scale benchmark: only the points with this N")
     parser.add_argument(
+        "--store-url",
+        default=None,
+        metavar="URL",
+        help="scale benchmark: run on this store (e.g. cassandra://127.0.0.1:9242/chronolock_scale: each point "
+        "gets its own keyspace, created and dropped; default a temporary SQLite file per point)",
+    )
+    parser.add_argument(
+        "--points",
+        default=None,
+        metavar="N:K[:LEASE],...",
+        help="scale benchmark: the points to run (live ids, leasewatch replicas, lease in s; default lease: 10 s, "
+        "60 s above 10,000 on SQLite; on a networked store what its renewals allow, bench/scale.py ring_lease)",
+    )
+    parser.add_argument(
+        "--victim-lease",
+        type=float,
+        default=None,
+        help="scale benchmark: the 3 SIGKILLed victims' lease (default: the point's lease; on a networked store "
+        "at most 60 s)",
+    )
+    parser.add_argument(
+        "--setup-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="scale benchmark: if a point's locks are not all held after S seconds, its holders stop taking "
+        "more and the point is measured at the N they hold (reported)",
+    )
+    parser.add_argument(
+        "--replication-factor",
+        type=int,
+        default=3,
+        help="scale benchmark on Cassandra: the replication factor of each point's keyspace (default 3)",
+    )
+    parser.add_argument(
         "--seconds",
         type=float,
         default=None,
@@ -126,7 +161,21 @@ def main(argv: list[str] | None = None) -> int:
 
         # `make bench` (all) runs the short version, up to 10,000 lock ids; `bench scale` the whole.
         short = args.which == "all" or args.quick
-        scale.run(quick=short, max_n=args.max_n, only_n=args.only_n)
+        try:
+            plan = scale.parse_points(args.points) if args.points else None
+        except ValueError as exc:
+            parser.error(str(exc))
+        del plan  # validated before anything starts; run() parses it again
+        scale.run(
+            quick=short,
+            max_n=args.max_n,
+            only_n=args.only_n,
+            store_url=args.store_url,
+            points=args.points,
+            victim_lease=args.victim_lease,
+            replication_factor=args.replication_factor,
+            setup_timeout=args.setup_timeout,
+        )
     if args.which in ("all", "queues"):
         from bench import queues
 

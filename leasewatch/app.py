@@ -90,6 +90,7 @@ from lockclient.lockid import INDEX_SHARDS, MAX_LOCK_ID_BYTES, validate_row_id
 from lockclient.logs import get_logger
 from lockclient.schedule import PeriodicSchedule, run_schedule
 from lockclient.store import CellStore, Table
+from lockclient.store.counting import CountingStore
 from lockclient.store.opener import StoreOpener, public_error
 from lockclient.version import __version__, build_info
 from lockclient.wake import Watch
@@ -449,6 +450,24 @@ class Metrics:
         )
         self.store_bytes = Gauge("leasewatch_store_bytes", "size of the store's files on disk", ["file"], registry=r)
         self.checkpoints = Counter("leasewatch_store_checkpoints", "store journal checkpoints", ["outcome"], registry=r)
+        # The store load this replica makes (scans, due checks, partition leases, long-poll reads,
+        # revocations): one per request the store serves — a many-rows read counts one per row,
+        # as Cassandra serves it. Divided by the live lock ids: the store load per id (BENCHMARKS.md).
+        self.store_requests = Counter(
+            "leasewatch_store_requests",
+            "requests sent to the store, by operation (a many-rows read: one per row)",
+            ["op"],
+            registry=r,
+        )
+        self._store_request_children: dict[str, Any] = {}
+        self.looks = Counter("leasewatch_looks", "locks read by scans (the sum of leasewatch_locks_looked)", registry=r)
+
+    def count_store_requests(self, op: str, n: int) -> None:
+        """``store_requests.labels(op).inc(n)``, the labelled child looked up once per name."""
+        child = self._store_request_children.get(op)
+        if child is None:
+            child = self._store_request_children[op] = self.store_requests.labels(op)
+        child.inc(n)
 
 
 @dataclass
@@ -681,8 +700,11 @@ class Leasewatch:
             if self._store is None:
                 # Backs off after failures: a wrong password must not mean a login per request.
                 self._store = await asyncio.to_thread(self._opener.open)
+            # Everything this replica asks of the store goes through the counter (the store is still
+            # closed through self._store: the wrapper never closes what it wraps).
+            store = CountingStore(self._store, on_requests=self.metrics.count_store_requests, client_metrics=False)
             watcher = Watcher(
-                self._store,
+                store,
                 grace=self.settings.grace,
                 orphan_after=self.settings.orphan_after,
                 replica_id=self.settings.replica_id,
@@ -691,7 +713,7 @@ class Leasewatch:
                 scan_interval=self.settings.scan_interval,
             )
             self.partitions = PartitionLeases(
-                self._store,
+                store,
                 self.settings.replica_id,
                 lease=self.settings.partition_lease,
                 grace=self.settings.grace,
@@ -700,7 +722,7 @@ class Leasewatch:
                 linger=lambda: watcher.longest_lease + self.settings.grace + 3 * self.settings.scan_interval,
             )
             self.hub = WaitHub(
-                self._store,
+                store,
                 watcher,
                 self.metrics,
                 max_waiters=self.settings.max_waiters,
@@ -768,6 +790,7 @@ class Leasewatch:
         self.metrics.leases.set(report.leases)
         self.metrics.locks.set(report.locks)
         self.metrics.looked.set(report.looked)
+        self.metrics.looks.inc(report.looked)
         self.metrics.due.set(report.due)
         if report.orphans_cleared:
             self.metrics.orphans.inc(report.orphans_cleared)

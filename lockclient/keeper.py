@@ -11,6 +11,12 @@ Two kinds of thread, so that a slow store can never delay what must be on time:
   on time by the others (issue: "one slow compare-and-set on lock X delayed lock Y's
   renewal *and* Y's loss signal"). A lease is never renewed twice at once.
 
+Holder renewals go out in batches (:meth:`CellStore.compare_and_set_many`: one round trip for
+the batch on Cassandra): those due within 50 ms of each other, and — when every worker already
+has a renewal batch to do — every renewal that came due meanwhile, kept back until a worker
+is free and then sent together. So a slow store delays renewals by about a round trip, not by a
+queue of one-renewal batches (issue 27: 10,000 leases in one process on a loaded ring).
+
 Deferred tasks are store work that must eventually happen but need not happen on the
 caller's path: the rest of a release whose store call failed, withdrawing a queue cell
 after a cancelled wait, notifying leasewatch. Each is retried with back-off until it
@@ -84,6 +90,10 @@ class Keeper:
         self._waiters: set[WaiterLease] = set()
         self._busy: set[object] = set()
         self._tasks: set[_Task] = set()
+        self._renewing = 0
+        """Holder renewal batches handed to the pool and not finished yet."""
+        self._backlog: list[HeldLease] = []
+        """Holder renewals that came due while every worker was busy: sent as one batch when one is free."""
         self._pool: Pool | None = None
         self._thread: Task | None = None
         self._closed = False
@@ -179,30 +189,77 @@ class Keeper:
     def _dispatch_forever(self) -> None:
         while True:
             with self._cond:
-                while True:
+                work: Callable[[], None] | None = None
+                renewal = False
+                while work is None:
                     if self._closed:
                         return
                     now = self._monotonic()
+                    if self._backlog and self._renewing < self._workers:
+                        work = self._backlog_batch(now)
+                        renewal = True
+                        continue
                     if self._heap and self._heap[0][0] <= now:
                         _, _, kind, target = heapq.heappop(self._heap)
-                        break
+                        holder = target if kind == _RENEW and isinstance(target, HeldLease) else None
+                        renewal = holder is not None
+                        if (
+                            holder is not None
+                            and self._renewing >= self._workers
+                            and self._store.batches_compare_and_set
+                        ):
+                            # Every worker has a holder renewal batch to do (a slow store: each takes
+                            # a round trip of seconds on a loaded ring). Handing this renewal to the
+                            # pool now would queue it there as a batch of its own, behind them:
+                            # renewals due at a steady rate would go one or two per round trip,
+                            # falling further behind (seen on the ring: 10,000 leases in one process
+                            # renewed up to 48 s late). Kept here, every renewal that comes due
+                            # meanwhile goes in the next batch — one round trip for all of them.
+                            # Only holder renewals count: waiter renewals and deferred tasks in the
+                            # pool never hold a holder's renewal back longer than they did before.
+                            self._backlog.append(holder)
+                            continue
+                        work = self._claim(kind, target)
+                        if work is not None and holder is not None and self._store.batches_compare_and_set:
+                            batch = self._more_holders_due(holder, now)
+                            if len(batch) > 1:
+                                work = partial(self._renew_holders, batch)
+                        continue
                     self._cond.wait(None if not self._heap else min(self._heap[0][0] - now, 1.0))
-                work = self._claim(kind, target)
-                if (
-                    work is not None
-                    and kind == _RENEW
-                    and isinstance(target, HeldLease)
-                    and self._store.batches_compare_and_set
-                ):
-                    batch = self._more_holders_due(target, now)
-                    if len(batch) > 1:
-                        work = partial(self._renew_holders, batch)
                 pool = self._pool
-            if work is not None and pool is not None:
-                try:
-                    pool.submit(work)
-                except RuntimeError:  # shut down meanwhile
-                    return
+                if renewal:
+                    self._renewing += 1
+                    work = partial(self._renewal_done_after, work)
+            if pool is None:
+                return
+            try:
+                pool.submit(work)
+            except RuntimeError:  # shut down meanwhile
+                return
+
+    def _renewal_done_after(self, work: Callable[[], None]) -> None:
+        """Run a holder renewal's ``work`` on a worker; then the dispatcher may send the next batch."""
+        try:
+            work()
+        finally:
+            with self._cond:
+                self._renewing -= 1
+                self._cond.notify()
+
+    def _backlog_batch(self, now: float) -> Callable[[], None] | None:
+        """One batch of the renewals waiting for a worker, oldest first, with any others due by now
+        (caller holds the condition). None if none of them still needs renewing."""
+        backlog, self._backlog = self._backlog[:BATCH_MAX], self._backlog[BATCH_MAX:]
+        batch = []
+        for lease in backlog:
+            if lease in self._holders and lease not in self._busy:
+                self._busy.add(lease)
+                batch.append(lease)
+        if not batch:
+            return None
+        if len(batch) < BATCH_MAX:
+            batch += self._more_holders_due(None, now, BATCH_MAX - len(batch))
+        return partial(self._renew_holders, batch)
 
     def _claim(self, kind: str, target: object) -> Callable[[], None] | None:
         """Decide what a due entry means now (caller holds the condition)."""
@@ -231,10 +288,11 @@ class Keeper:
         self._busy.add(target)
         return lambda: self._renew(target)
 
-    def _more_holders_due(self, first: HeldLease, now: float) -> list[HeldLease]:
-        """``first`` and the holder renewals due within BATCH_AHEAD_S (caller holds the condition)."""
-        batch = [first]
-        while self._heap and len(batch) < BATCH_MAX:
+    def _more_holders_due(self, first: HeldLease | None, now: float, most: int = BATCH_MAX) -> list[HeldLease]:
+        """``first`` and the holder renewals due within BATCH_AHEAD_S, ``most`` in all (caller
+        holds the condition)."""
+        batch = [] if first is None else [first]
+        while self._heap and len(batch) < most:
             when, _, kind, target = self._heap[0]
             if when > now + BATCH_AHEAD_S or kind != _RENEW or not isinstance(target, HeldLease):
                 break

@@ -7,7 +7,12 @@ Three numbers per operation, the ones the benchmarks report and the tests bound:
   that a group run with :meth:`CountingStore.run_concurrently` counts once (its calls
   overlap on Cassandra; on the embedded store they run one after the other in
   microseconds, and the count shows what the algorithm asks of a networked store);
-* ``lwt_rounds`` — Paxos rounds: compare-and-sets and serial reads of a versioned table.
+* ``lwt_rounds`` — Paxos rounds: compare-and-sets and serial reads of a versioned table;
+* ``requests`` — requests a networked store serves: one per call or grouped operation, but
+  one per *row* for the many-rows reads (:meth:`CellStore.read_rows_many`,
+  :meth:`CellStore.read_versioned_many`), which Cassandra answers with one request per row
+  (the embedded store with one query). This is the store's load: what leasewatch and the
+  scale benchmark report per live lock id per second.
 
 The counters belong to one operation (one acquisition attempt, one release), which
 runs on one thread; background work (renewals, deferred cleanup) uses the store
@@ -53,6 +58,7 @@ class OpCounts:
     ops: Counter[str] = field(default_factory=Counter)
     round_trips: int = 0
     lwt_rounds: int = 0
+    requests: int = 0
 
     @property
     def total(self) -> int:
@@ -62,28 +68,47 @@ class OpCounts:
         self.ops.update(other.ops)
         self.round_trips += other.round_trips
         self.lwt_rounds += other.lwt_rounds
+        self.requests += other.requests
 
 
 class CountingStore(CellStore):
-    """Delegates every call to ``store`` and counts it into ``counts``."""
+    """Delegates every call to ``store`` and counts it into ``counts``.
 
-    def __init__(self, store: CellStore, counts: OpCounts | None = None) -> None:
+    ``on_requests(op, n)``, if given, is called (on the calling thread) with every count of
+    requests: a service exports its store load with it (leasewatch's
+    ``leasewatch_store_requests_total``). ``client_metrics=False``: leave the lock client's
+    ``chronolock_client_store_ops`` alone (a service that is not a lock client)."""
+
+    def __init__(
+        self,
+        store: CellStore,
+        counts: OpCounts | None = None,
+        *,
+        on_requests: Callable[[str, int], None] | None = None,
+        client_metrics: bool = True,
+    ) -> None:
         self.inner = store
         self.counts = counts if counts is not None else OpCounts()
+        self._on_requests = on_requests
+        self._client_metrics = client_metrics
         self.supports_compare_and_set = store.supports_compare_and_set
         self.spans_machines = store.spans_machines
         self.batches_compare_and_set = store.batches_compare_and_set
         self._grouped = 0
         self._lock = threading.Lock()  # grouped calls may run on the adapter's threads
 
-    def _count(self, op: str, *, lwt: bool = False) -> None:
+    def _count(self, op: str, *, lwt: bool = False, requests: int = 1) -> None:
         with self._lock:
             self.counts.ops[op] += 1
+            self.counts.requests += requests
             if lwt:
                 self.counts.lwt_rounds += 1
             if not self._grouped:
                 self.counts.round_trips += 1
-        metrics.count_store_op(op)
+        if self._client_metrics:
+            metrics.count_store_op(op)
+        if self._on_requests is not None and requests:
+            self._on_requests(op, requests)
 
     @property
     def url(self) -> str:
@@ -134,14 +159,16 @@ class CountingStore(CellStore):
         *,
         newer_than: int | None = None,
     ) -> dict[str, list[Cell]]:
-        self._count("read_rows_many")
-        return self.inner.read_rows_many(table, rows, starts, newer_than=newer_than)
+        wanted = list(dict.fromkeys(rows))
+        self._count("read_rows_many", requests=len(wanted))
+        return self.inner.read_rows_many(table, wanted, starts, newer_than=newer_than)
 
     def read_versioned_many(
         self, rows: Iterable[str], *, table: VersionedTable = VersionedTable.LEASE, serial: bool = False
     ) -> dict[str, dict[str, str]]:
-        self._count("read_versioned_many", lwt=serial)
-        return self.inner.read_versioned_many(rows, table=table, serial=serial)
+        wanted = list(dict.fromkeys(rows))
+        self._count("read_versioned_many", lwt=serial, requests=len(wanted))
+        return self.inner.read_versioned_many(wanted, table=table, serial=serial)
 
     def compare_and_set(
         self,
