@@ -178,6 +178,7 @@ class FairQueue:
         self.s = services
         self._quiet = _QuietLocks()
         self._first_use = _FirstUse()
+        self._withdrawing = _Withdrawing()
 
     def _guess(self, lock_id: str) -> _Quiet | None:
         """What the grant sent with the enqueue may expect of the lock's row, or None to send none:
@@ -407,6 +408,15 @@ class FairQueue:
                 predecessor = mine_and_before[1] if len(mine_and_before) > 1 else None
                 next_after_holder = len(mine_and_before) <= 2  # nobody's cell ahead of the one ahead
                 fenced_by_watermark = None
+            # The cell ahead may be one of this process's own, withdrawn by an attempt that gave up
+            # while the store was away and still queued as a deferred task: delete it now instead of
+            # waiting behind it (see _Withdrawing).
+            if (
+                predecessor is not None
+                and self._withdrawing.pending(lock_id, predecessor.column)
+                and self._finish_withdrawal(attempt, lock_id, predecessor.column)
+            ):
+                continue
             holder: str | None = row.get(HOLDER_COLUMN)
             parked_left: float | None = None
             if predecessor is None and holder is not None:
@@ -513,14 +523,35 @@ class FairQueue:
         lock_id = waiter.lock_id
 
         def delete() -> None:
-            self.s.store.delete(Table.QUEUE, lock_id, waiter.ticket, timestamp=stamp)
+            if self._withdrawing.pending(lock_id, waiter.ticket):  # else deleted on a later attempt's path
+                self.s.store.delete(Table.QUEUE, lock_id, waiter.ticket, timestamp=stamp)
 
         try:
             store.delete(Table.QUEUE, lock_id, waiter.ticket, timestamp=stamp)
         except StoreError as exc:
             log.warning("withdraw_deferred", lock_id=lock_id, owner=waiter.owner, error=str(exc))
-            self.s.keeper.defer(delete, what="withdraw a queue cell", lock_id=lock_id, give_up_after=3 * self.s.lease)
+            self._withdrawing.add(lock_id, waiter.ticket)
+            self.s.keeper.defer(
+                delete,
+                what="withdraw a queue cell",
+                lock_id=lock_id,
+                give_up_after=3 * self.s.lease,
+                on_done=lambda _: self._withdrawing.discard(lock_id, waiter.ticket),
+            )
         self.s.announce(lock_id, gone=waiter.ticket)
+
+    def _finish_withdrawal(self, attempt: Acquisition, lock_id: str, ticket: str) -> bool:
+        """Delete our own withdrawn cell ``ticket`` from the acquisition's path; False if the store
+        refused (the deferred task keeps trying, and leasewatch revokes the cell after its lease)."""
+        stamp = self.s.timestamps.next()
+        try:
+            attempt.io(lambda: attempt.store.delete(Table.QUEUE, lock_id, ticket, timestamp=stamp))
+        except StoreError as exc:
+            log.info("withdraw_still_deferred", lock_id=lock_id, ticket=ticket, error=str(exc))
+            return False
+        self._withdrawing.discard(lock_id, ticket)
+        self.s.announce(lock_id, gone=ticket)
+        return True
 
     # -- release ---------------------------------------------------------------------------------
 
@@ -632,6 +663,34 @@ class _FirstUse:
     def guessed(self, *, right: bool) -> None:
         with self._lock:
             self._outcomes.append(right)
+
+
+class _Withdrawing:
+    """This process's queue cells whose withdrawal failed and waits in the keeper as a deferred
+    task (the store was away when their attempt gave up). Such a cell is nobody's turn any more,
+    but until the task gets through, or leasewatch revokes it after its waiter lease, it sits in
+    the queue — and the next attempt of this same process on the same lock id, whose ticket is
+    larger, waits behind it. With the long waiter leases of many-lock deployments (6,000 s at
+    100,000 ids, docs/limits.md) and a keeper busy with renewals, that was one lock id given up
+    after five 120 s timeouts on the ring (BENCHMARKS.md, "100,000 ids"). An acquisition that finds
+    one of these just ahead of its own cell deletes it itself (it is ours: the same delete the
+    task sends). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tickets: set[tuple[str, str]] = set()
+
+    def add(self, lock_id: str, ticket: str) -> None:
+        with self._lock:
+            self._tickets.add((lock_id, ticket))
+
+    def discard(self, lock_id: str, ticket: str) -> None:
+        with self._lock:
+            self._tickets.discard((lock_id, ticket))
+
+    def pending(self, lock_id: str, ticket: str) -> bool:
+        with self._lock:
+            return (lock_id, ticket) in self._tickets
 
 
 class _QuietLocks:
