@@ -332,7 +332,7 @@ class MixedRun:
         env = faketime_env(env, svc.clock_file)
         svc.proc = ServiceProcess(name, command, env, port, self.workdir / f"{svc.name}.log")
         self.rec.emit("proc_start", name=name, role=svc.role, service_pid=svc.proc.pid, port=port)
-        svc.proc.wait_healthy(timeout=30)
+        svc.proc.wait_healthy()
         if self.control is not None:
             for link in self.links:
                 if link.endswith("/" + svc.name):
@@ -400,7 +400,7 @@ class MixedRun:
             self.start_service(svc)
         for svc in self.services:
             assert svc.proc is not None
-            svc.proc.wait_ready(timeout=30)
+            svc.proc.wait_ready()
         self.start_proxy()
         kinds = ["sync"] * self.s.sync_workers + ["async"] * self.s.async_workers
         kinds += ["lockctl"] * self.s.lockctl_workers

@@ -155,7 +155,7 @@ def test_timesvc_on_the_ring_survives_node_kill_restart_and_pause(ring: Ring, pr
     create_schema(url, replication_factor=3)
     replicas = [processes.timesvc(url, name=f"ring-t{i}", tick=0.5, max_skew=MAX_SKEW) for i in range(3)]
     for r in replicas:
-        r.wait_ready(timeout=60)
+        r.wait_ready()
     hist = tmp_path / "history"
     hist.mkdir()
     rec = Recorder(hist / "readers.jsonl", "readers")

@@ -73,7 +73,7 @@ class Busy:
     def leasewatch_with(self, *, env: dict[str, str], name: str) -> ServiceProcess:
         """Another leasewatch replica on the same store (it takes over a share of the partitions)."""
         other = self.processes.leasewatch(self.store_url, name=name, env=env)
-        other.wait_ready(timeout=60)
+        other.wait_ready()
         return other
 
     def get(self, path: str, **params: object) -> Any:
@@ -130,9 +130,9 @@ def busy_state(processes: Fleet, workdir: Path, *, trend_interval: float = 0.5, 
             "LEASEWATCH_TREND_INTERVAL": str(trend_interval),
         },
     )
-    ts_a.wait_ready(timeout=60)
-    ts_b.wait_ready(timeout=60)
-    lw.wait_ready(timeout=60)
+    ts_a.wait_ready()
+    ts_b.wait_ready()
+    lw.wait_ready()
     busy = Busy(processes, store_url, lw, [ts_a, ts_b], skew is not None, ids=held)
     stop = threading.Event()
     threads: list[threading.Thread] = []

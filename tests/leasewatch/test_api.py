@@ -295,7 +295,7 @@ def test_a_page_of_locks_reads_a_bounded_slice_at_100000_ids(processes: Fleet, s
         assert all(not isinstance(r, Exception) and r.applied for _, r in store.compare_and_set_many(ops))
     # Idle ids would leave the index after orphan_after: not during this test.
     lw = processes.leasewatch(sqlite_url, scan_interval=5.0, orphan_after=600.0)
-    lw.wait_ready(timeout=60)
+    lw.wait_ready()
     timings: list[float] = []
     with httpx.Client(base_url=lw.url, timeout=30) as http:
 

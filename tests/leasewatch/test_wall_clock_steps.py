@@ -38,7 +38,7 @@ def stepped(processes: Fleet, sqlite_url: str, tmp_path: Path) -> Iterator[tuple
     lw = processes.leasewatch(
         sqlite_url, name="leasewatch-a", scan_interval=SCAN, grace=GRACE, env=clock_file_env({}, clock)
     )
-    lw.wait_ready(timeout=30)
+    lw.wait_ready()
     with httpx.Client(timeout=5) as http, StallProbe() as stalls:
         yield Cluster(processes, sqlite_url, timesvc, lw, tmp_path, http, stalls), clock
 

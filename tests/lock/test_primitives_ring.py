@@ -29,7 +29,7 @@ from tests.lock.test_election import first_elected_after, read, start_candidates
 from tests.lock.test_rwlock import surely_ahead
 from tests.lock.test_semaphore import GRACE, LEASE, SCAN, SLACK, run_processes, surely_overlapping
 from tests.support.procs import Fleet
-from tests.support.waiting import wait_until
+from tests.support.waiting import StallProbe, assert_within_bound, wait_until
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -118,14 +118,15 @@ def test_a_sigkilled_leader_is_replaced_within_the_bound(processes: Fleet, url: 
         first = first_elected_after(out, 0)
         assert first is not None
         wait_until(lambda: any(e["what"] == "wrote" for e in read(out)), "the leader to write", timeout=30)
-        killed = time.monotonic_ns()
-        os.kill(first["pid"], signal.SIGKILL)
-        wait_until(lambda: first_elected_after(out, killed) is not None, "a new leader", timeout=BOUND + 20)
+        with StallProbe() as stalls:
+            killed = time.monotonic_ns()
+            os.kill(first["pid"], signal.SIGKILL)
+            wait_until(lambda: first_elected_after(out, killed) is not None, "a new leader", timeout=BOUND + 60)
         second = first_elected_after(out, killed)
         assert second is not None
         took = (second["at"] - killed) / 1e9
-        print(f"cassandra election: SIGKILL of the leader -> a new leader after {took:.3f}s (bound {BOUND}s)")
-        assert took <= BOUND and second["term"] > first["term"]
+        assert_within_bound(took, BOUND, stalls, killed, "cassandra election: SIGKILL of the leader -> a new leader")
+        assert second["term"] > first["term"]
         terms = [e["term"] for e in read(out) if e["what"] == "elected"]
         assert terms == sorted(terms) and len(set(terms)) == len(terms)
     finally:

@@ -65,8 +65,8 @@ def _run_workers(
     url: str = request.getfixturevalue("modern_cassandra_url")
     replicas = [processes.timesvc(url, name=f"t{i}", replicas=2, wait=False) for i in range(2)]
     for r in replicas:
-        r.wait_ready(timeout=60)
-    processes.leasewatch(url, scan_interval=1.0, grace=2.0, orphan_after=12.0).wait_ready(timeout=60)
+        r.wait_ready()
+    processes.leasewatch(url, scan_interval=1.0, grace=2.0, orphan_after=12.0).wait_ready()
     lock_id = f"ring-{os.getpid()}-{int(time.time())}"
     stop = tmp_path / "stop"
     outs = [tmp_path / f"worker-{i}.jsonl" for i in range(5)]

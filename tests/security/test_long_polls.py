@@ -52,9 +52,9 @@ def test_waits_on_ids_without_a_queue_are_refused_and_start_no_poller(processes:
         paths = [f"/wait/nobody-{i}?holder=x&timeout=5" for i in range(300)]
         return [status for status, _, _ in await asyncio.gather(*(_get(lw.port, p) for p in paths))]
 
-    started = time.monotonic()
     statuses = asyncio.run(flood())
-    assert time.monotonic() - started < 10, "refusals are immediate, not long-polls"
+    # Refused, every one: a long-poll would have answered 200 when its 5 s were up (how long the
+    # 300 refusals took is the machine's business: at load ~40 it was over 10 s).
     assert set(statuses) <= {404, 429}, statuses
     time.sleep(1.0)
     # One look per request at most (refused ones: none), and no poller kept running afterwards.

@@ -101,3 +101,16 @@ class StallProbe:
         until = time.monotonic_ns() if until_ns is None else until_ns
         with self._lock:
             return sum(late for start, late in self._stalls if since_ns <= start <= until) / 1e9
+
+
+def assert_within_bound(
+    took: float, bound: float, stalls: StallProbe, since_ns: int, what: str, *, earliest: float | None = None
+) -> None:
+    """``took`` seconds from ``since_ns`` (``time.monotonic_ns``) is within ``bound`` plus the stall
+    ``stalls`` observed meanwhile (a liveness bound holds while the processes get the CPU), and —
+    ``earliest`` — not below it (safety: never excused)."""
+    stalled = stalls.stalled_s(since_ns, since_ns + int(took * 1e9))
+    print(f"{what}: {took:.3f}s (bound {bound:.1f}s + {stalled:.3f}s of observed stalls)")
+    assert took <= bound + stalled, f"{what} took {took:.3f}s (bound {bound:.1f}s + {stalled:.3f}s stalled)"
+    if earliest is not None:
+        assert took >= earliest, f"{what} took only {took:.3f}s: too early (earliest {earliest:.3f}s)"

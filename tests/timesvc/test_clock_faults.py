@@ -99,7 +99,7 @@ def start_trio(
 ) -> Trio:
     healthy = [processes.timesvc(sqlite_url, name=f"ok{i}", replicas=3, wait=False) for i in range(2)]
     for r in healthy:
-        r.wait_ready(timeout=30)
+        r.wait_ready()
     clock = workdir / "clock-faulty"
     env = clock_file_env({}, clock, initial=initial or "+0 x1")
     faulty = processes.timesvc(sqlite_url, name="faulty", replicas=faulty_replicas, env=env)
@@ -136,7 +136,7 @@ def test_one_faulty_clock_never_drags_now_and_is_refused(
     with httpx.Client(timeout=10) as client:
         out = Observed()
         if not from_start:
-            trio.faulty.wait_ready(timeout=30)
+            trio.faulty.wait_ready()
             observe(client, trio.all, 2.0, out)  # all healthy: a baseline
             if spec == "STOPPED":
                 spec = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())  # an absolute time: frozen
@@ -187,7 +187,7 @@ def test_a_wall_clock_step_on_a_timesvc_host_keeps_its_ticks_period(
     nothing for 60 s after a step back). Its clock is then refused, and /now stays bounded."""
     trio = start_trio(processes, sqlite_url, tmp_path)
     with httpx.Client(timeout=10) as client:
-        trio.faulty.wait_ready(timeout=30)
+        trio.faulty.wait_ready()
 
         def ticks() -> int:
             count: int = client.get(f"{trio.faulty.url}/status").json()["ticks"]

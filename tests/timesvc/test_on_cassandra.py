@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cassandra]
 def test_replicas_on_cassandra_never_go_backwards(processes: Fleet, local_cassandra_url: str) -> None:
     replicas = [processes.timesvc(local_cassandra_url, name=f"c{i}") for i in range(3)]
     for r in replicas:
-        r.wait_ready(timeout=30)
+        r.wait_ready()
     reads = asyncio.run(hammer([r.url for r in replicas], clients=12, seconds=4))
     assert len(reads) > 100
     assert monotonic_read_violations(reads) == []
@@ -33,7 +33,7 @@ def test_cassandra_outage_gives_503_then_recovers(
 ) -> None:
     url = local_cassandra_url + "&timeout=1"
     replica = processes.timesvc(url, name="c")
-    replica.wait_ready(timeout=30)
+    replica.wait_ready()
     pid = local_cassandra.pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # the node stops answering: requests time out
@@ -48,5 +48,5 @@ def test_cassandra_outage_gives_503_then_recovers(
             assert "unavailable" in response.json()["detail"]
     finally:
         os.kill(pid, signal.SIGCONT)
-    replica.wait_ready(timeout=30)
+    replica.wait_ready()
     assert httpx.get(f"{replica.url}/now", timeout=5).json()["now_us"] > 0

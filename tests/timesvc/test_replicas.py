@@ -158,7 +158,7 @@ def test_pausing_the_healthy_replicas_never_lets_a_runaway_take_over(processes: 
                 r.signal(signal.SIGCONT)
         check_for(1.0)
         for r in healthy:
-            r.wait_ready(timeout=10)
+            r.wait_ready()
         assert client.get(f"{fast.url}/readyz").status_code == 503
 
 
@@ -240,7 +240,7 @@ def test_store_unavailable_gives_503_and_recovers_by_itself(processes: Fleet, tm
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
-    replica.wait_ready(timeout=10)
+    replica.wait_ready()
     assert now_us(replica) > 0
 
 
