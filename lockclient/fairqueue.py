@@ -23,7 +23,63 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
 
 So an uncontended acquisition costs one plain round trip and one Paxos round — overlapped
 into one round trip when the grant is sent with the enqueue (below); a release costs one round
-trip (the holder record and the queue cell, together).
+trip (the holder record and the queue cell, together) — a contended one two (below).
+
+**A contended hand-over in one Paxos round** (issue 27): the release grants the next holder
+itself, as a fair mutex hands its lock off. A holder that waited for the lock (others likely wait
+behind it; its holder record says so, ``h``) does at release:
+
+1. one plain read of the queue's head — the first two cells from the watermark — sent with the
+   delete of its own queue cell (``_head_read``). The first cell in queue order that is not its
+   own is the one in line (``_first_in_line``): a cell with a ticket *below* the holder's is in
+   line too (the "three cells" story below) — handing the lock to "the one right behind me"
+   instead is the broken variant ``handover-to-the-second-in-line`` of sim/findings.py;
+2. if that waiter takes hand-overs (its queue cell says so, ``h``: a waiter of an older
+   chronolock, a ``try_get_lock``, a stamped grant or a payload does not), one compare-and-set,
+   conditional on ``~holder`` = its own record (as a release is), on the fencing counter its grant
+   wrote and on the watermark proposal it knows (``proposal_seen``; a waiter whose ticket is below
+   it is not handed the lock: a publisher may have sent it to the back without our read seeing the
+   proposal — the watermark handshake); it writes ``~holder`` := the waiter's record (its owner,
+   lease, ticket and label, token n + 1, a fresh attempt id, and ``c`` = the version of the queue
+   cell the read found), ``~fence`` := n + 1 and ``~ended`` := our own end record (released). No
+   waiter, a read that failed, or a refusal while our record is still there (the proposal moved):
+   the release goes on as a plain one, and the waiter grants itself as below.
+
+The waiter woken by that release (the datagram to the name of what it watches, or leasewatch's
+answer, as before) *looks* instead of sending a grant (which would be refused: a Paxos round lost):
+its look reads the lease row, finds ``~holder`` naming its owner and ticket, and **adopts** it — the
+holder with that record and token, with no Paxos round of its own. So a contended hand-over is one
+plain read, one Paxos round and one plain read after the wake-up, where it was two Paxos rounds.
+
+* *The adopted lease is dated from the start of the waiter's own write of the queue-cell version
+  the releaser read* (``_adopted_since``; each waiter remembers when its last few writes began,
+  the earliest attempt of each version). The releaser read that version before its compare-and-set
+  wrote the record, and leasewatch cannot start timing a record before it exists: so the lease, as
+  the waiter counts it, ends before leasewatch's lease + grace — the lease-level promise. Dating it
+  from the look that found it is the broken variant ``handover-dated-from-the-look``: a waiter
+  paused or cut off before that look would hold a lease that outlasts leasewatch's. A grant found
+  too late to be valid (by our clock) is handed on at once, and the waiter queues again.
+* *FIFO* is judged by the releaser's read: a cell written before that read began is never
+  overtaken (it is the first in line, or one ahead of it is). ``RemoteLock.looked_at`` of an adopted
+  lock is None: the read was another process's.
+* *Fencing*: the token is n + 1 on exactly the counter n that the releaser's grant left — nobody
+  can be granted while its record is there — so tokens strictly increase.
+* *Unknown outcomes*: the hand-over's compare-and-set is a release (``HeldLease.release``): a lost
+  answer is retried in the background, and a retry that finds the successor's record (or any other)
+  reads ``~ended`` at SERIAL — our own end record proves that our release landed, so a released
+  lock is never reported lost; and the successor's record is never orphaned, it is its owner's to
+  find and adopt (or leasewatch's to revoke, below).
+* *A waiter that leaves* (timeout, cancel, revoked, queueing again) while a release that read its
+  cell may hand it the lock checks, in the background, at once and :data:`HAND_ON_RECHECK_S` later
+  (SERIAL reads, which also settle a compare-and-set in flight), and hands on what it finds (the
+  same release: to the next in line, or to nobody). A waiter handed a lock it can no longer take —
+  dead, paused for long, or whose check came before a compare-and-set held up in the network for
+  longer than that — is revoked by leasewatch like any dead holder: the lock is then unavailable
+  for up to ``lease + grace`` (plus leasewatch's look period) after the hand-over.
+
+An uncontended holder (granted on its first look) releases as before, in one round trip with no
+read; and a waiter woken by the release of a holder that does not hand over (its record has no
+``h``) sends its own grant at once, as described next.
 
 **A hand-over skips the look.** The first in line, woken by the release of the holder its
 last look saw (a datagram to the name of what it watches, or leasewatch's answer), sends
@@ -522,6 +578,9 @@ class FairQueue:
         if held is None:
             return None
         if held.monotonic() < held.valid_until():
+            # Held from now, as far as this process (and RemoteLock.granted_at) is concerned: the
+            # grant came before, after the previous holder's release began.
+            held.holding_since = held.monotonic()
             log.debug("handed_over", lock_id=waiter.lock_id, owner=waiter.owner, fencing_token=held.token)
             return held
         log.info("handed_over_too_late", lock_id=waiter.lock_id, owner=waiter.owner, fencing_token=held.token)
