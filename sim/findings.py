@@ -222,7 +222,7 @@ FINDINGS: dict[str, Finding] = {
     "handover-dated-from-the-look": Finding(
         27,
         "a lock handed over is dated from the look that found it",
-        "processes",
+        "leases",
         ("lease",),
         _restore_27_dated_from_the_look,
         "the adopted lease dated from the waiter's look, not from its queue-cell write",
