@@ -580,7 +580,11 @@ class FairQueue:
         if held.monotonic() < held.valid_until():
             # Held from now, as far as this process (and RemoteLock.granted_at) is concerned: the
             # grant came before, after the previous holder's release began.
-            held.holding_since = held.monotonic()
+            now = held.holding_since = held.monotonic()
+            # Its lease is dated from our cell write, often a third of a lease ago or more: renew it
+            # half-way through what is left, and no later than a third of a lease from now — not at
+            # once, which would add a Paxos round to every hand-over (and hold up a quick release).
+            held.renew_not_before = now + min(held.lease / 3, (held.valid_until() - now) / 2)
             log.debug("handed_over", lock_id=waiter.lock_id, owner=waiter.owner, fencing_token=held.token)
             return held
         log.info("handed_over_too_late", lock_id=waiter.lock_id, owner=waiter.owner, fencing_token=held.token)

@@ -450,6 +450,10 @@ class HeldLease:
         compare-and-set — at least any global time anybody saw before (:mod:`lockclient.hold`)."""
         self.proposal_seen: str | None = None
         """Fair queue: the lock's watermark proposal as the look before the grant read it."""
+        self.renew_not_before = 0.0
+        """The first renewal's earliest start, for a lease dated from before it was granted (a lock
+        handed over: :mod:`lockclient.fairqueue`) — whose ``renewed_at + lease/3`` is often past
+        when it is adopted: renewing at once would cost every hand-over a second Paxos round."""
         self.handed_to: HolderRecord | None = None
         """Fair queue: the release handed the lock to this waiter (its compare-and-set applied)."""
         self.handed_read_at: float | None = None
@@ -502,10 +506,11 @@ class HeldLease:
             self._fire_lost(f"no renewal succeeded within the lease ({self.lease:g} s)")
 
     def next_due(self) -> float:
-        """When the next renewal should start: every lease/3; sooner after a failure."""
+        """When the next renewal should start: every lease/3 (not before :attr:`renew_not_before`);
+        sooner after a failure."""
         if self.renew_failures:
             return self.last_attempt_at + min(self.lease / 10, 1.0)
-        return self.renewed_at + self.lease / 3
+        return max(self.renewed_at + self.lease / 3, self.renew_not_before)
 
     # -- store calls --------------------------------------------------------------------
 

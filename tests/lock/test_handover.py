@@ -39,11 +39,27 @@ def client(sqlite_url: str, lease: float = LEASE, store: CellStore | None = None
     """An independent client: its own store connection, clock, keeper and wake-ups. Its first use of
     a lock id sends no speculative grant with the enqueue (that compare-and-set, refused on a held
     lock, is not what these tests count): as if it had used every id before."""
-    locker = RemoteLocker(store or open_store(sqlite_url), lease=lease, owns_store=True)
+    faulty = store if isinstance(store, FaultyStore) else FaultyStore(store or open_store(sqlite_url))
+    locker = RemoteLocker(faulty, lease=lease, owns_store=True)
     algorithm = locker._algorithm
     assert isinstance(algorithm, FairQueue)
     algorithm._first_use.first = lambda lock_id: False  # type: ignore[method-assign]
     return locker
+
+
+def looks(locker: RemoteLocker, lock_id: str) -> threading.Semaphore:
+    """Released at the end of each look ``locker`` takes at ``lock_id`` (its plain read of the lease
+    row): a waiter that looked while the lock was held waits for it, its grant will say so."""
+    store = locker.store
+    assert isinstance(store, FaultyStore)
+    looked = threading.Semaphore(0)
+    store.arm(
+        "read_versioned",
+        after=lambda *a, **k: looked.release(),
+        when=lambda row, **k: row == lock_id and k.get("serial") is False,
+        times=10_000,
+    )
+    return looked
 
 
 def tickets(store: CellStore, lock_id: str) -> Callable[[], list[str]]:
@@ -83,7 +99,9 @@ def contended_holder(first: RemoteLocker, second: RemoteLocker, store: CellStore
     """A holder that waited for the lock (``first`` takes it at once, ``second`` waits and is granted
     at its release): its release hands the lock over."""
     lock = first.get_lock(lock_id)
+    looked = looks(second, lock_id)
     waiting = Waiting(second, lock_id)
+    assert looked.acquire(timeout=30), "the second contender never looked"
     wait_queued(tickets(store, lock_id), 2, [first.clock, second.clock], "the second contender queued")
     lock.release()
     held = waiting.result()
@@ -166,7 +184,9 @@ def test_the_release_hands_over_to_a_cell_ahead_of_its_own_not_to_the_one_behind
         first = g.get_lock("ahead")
         x_waiting = Waiting(x, "ahead")  # its ticket is taken now; its cell is held back
         wait_until(lambda: slow.calls.get("put", 0) >= 1, "X's enqueue to be sent")
+        h_looked = looks(h, "ahead")
         h_waiting = Waiting(h, "ahead")
+        assert h_looked.acquire(timeout=30), "H never looked"  # while G held: H waits, so it hands over
         wait_queued(tickets(store, "ahead"), 2, [g.clock, h.clock, x.clock], "H queued behind G")
         first.release()
         held = h_waiting.result()  # waited: its release hands over
@@ -180,7 +200,8 @@ def test_the_release_hands_over_to_a_cell_ahead_of_its_own_not_to_the_one_behind
         assert compare_and_sets(held.release_counts.ops) == 1
         got = x_waiting.result()
         assert got.fencing_token == held.fencing_token + 1, "X, the first in queue order, was handed the lock"
-        assert compare_and_sets(got.store_op_counts) == 0
+        handed = held._lease.handed_to
+        assert handed is not None and handed.ticket == got.ticket == queue[0], "by H's release"
         assert w_waiting.lock is None, "W was not granted over X"
         got.release()
         after = w_waiting.result()
