@@ -543,20 +543,29 @@ class FairQueue:
             woken = waiting.wait(watch, delay * self.s.runtime.uniform(0.5, 1.0), seen, local=local)
             handed_over = woken and handshake_done and next_after_holder
             if handed_over and holder is not None and ahead == _holder_owner(holder):
-                if waiter.record.adopts and _hands_over(holder):
-                    # That holder's release hands the lock to the first in line itself (most likely
-                    # us): look, adopt it — a grant of our own would be refused, a Paxos round lost.
-                    continue
-                hand_over = _HandOver(row.get(FENCE_COLUMN), looked_at, row.get(PROPOSED))
+                # That holder's release may hand the lock to the first in line itself (most likely
+                # us): then we adopt it instead of granting ourselves (a grant of our own would be
+                # refused, a Paxos round lost).
+                adopt = waiter.record.adopts and _hands_over(holder)
+                hand_over = _HandOver(row.get(FENCE_COLUMN), looked_at, row.get(PROPOSED), adopt)
 
-    def _take_handed_over(self, attempt: Acquisition, waiter: WaiterLease, hand_over: _HandOver) -> HeldLease | None:
+    def _take_handed_over(
+        self, attempt: Acquisition, waiter: WaiterLease, hand_over: _HandOver
+    ) -> HeldLease | _Turn | None:
         """The first in line, woken by the release it watched, sends the grant straight away (see
         the module's docstring): conditional on nobody holding and the fencing counter being the
-        one the released holder's grant left — so on nobody having been granted since. None:
-        not granted (someone else was, or the wake-up was not a release); look again."""
+        one the released holder's grant left — so on nobody having been granted since. Or, when
+        that release hands the lock over itself, reads the lease row alone (one plain read, not a
+        whole look) and adopts the lock it finds handed to us. None: not granted (someone else was,
+        the wake-up was not a release, or the release did not hand the lock to us); look again."""
         if not waiter.alive():
             return None  # leasewatch may have removed our cell: a look decides
         attempt.check()
+        if hand_over.adopt:
+            row, looked_at = self._stamped(
+                attempt, partial(attempt.store.read_versioned, attempt.lock_id, serial=False)
+            )
+            return self._adopt(attempt, waiter, row, looked_at)
         taken = take(self.s, attempt, waiter.owner, waiter.ticket, hand_over.fence, tries=1, hands_over=True)
         if not isinstance(taken, HeldLease):
             return None
@@ -838,6 +847,9 @@ class _HandOver:
     """When that look started: FIFO is judged by it (the grant skips a look)."""
     proposal: str | None
     """The watermark proposal that look read."""
+    adopt: bool = False
+    """That holder hands the lock over at release, and we take hand-overs: read the lease row and
+    adopt the lock instead of sending a grant."""
 
 
 @dataclass(frozen=True, slots=True)

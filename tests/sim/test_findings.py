@@ -26,8 +26,8 @@ MAX_SEEDS = {
     "orphaned-grant": 300,
     "renewal-dated-from-retry": 200,
     # Issue 27's one-round hand-over: its two known broken variants.
-    "handover-to-the-second-in-line": 60,
-    "handover-dated-from-the-look": 400,
+    "handover-to-the-second-in-line": 150,
+    "handover-dated-from-the-look": 800,
 }
 
 
