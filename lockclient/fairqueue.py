@@ -800,6 +800,9 @@ class FairQueue:
         proposed = parse_marks({PROPOSED: proposal} if proposal is not None else {})[1]
         if not waiter.adopts or waiter.mode or ticket_time(cell.column) < proposed:
             return None
+        # For display only ("held for"): our own grant's estimate, moved on by our monotonic clock.
+        mine = lease.record.granted
+        granted = mine + max(0, int((self.s.monotonic() - lease.holding_since) * 1_000_000)) if mine else 0
         record = HolderRecord(
             waiter.owner,
             1,
@@ -808,6 +811,7 @@ class FairQueue:
             lease.token + 1,
             new_attempt_id(self.s.runtime),
             label=waiter.label,
+            granted=granted,
             cell=waiter.version,
         )
         return record, {PROPOSED: proposal}
