@@ -188,6 +188,7 @@ def take(
     column: str = HOLDER_COLUMN,
     also_set: Mapping[str, str | None] | None = None,
     found: dict[str, str | None] | None = None,
+    hands_over: bool = False,
 ) -> HeldLease | str | None:
     """The compare-and-set that grants the lock and issues its fencing token, in one round:
     ``~holder`` absent and ``~fence`` = n  →  ``~holder`` = me (v1, token n+1), ``~fence`` = n+1.
@@ -204,7 +205,8 @@ def take(
     rewrites (a semaphore's limit, written by its first grant). ``found``: filled with the lock
     row's cells as the last compare-and-set found them (its conditions' columns; when it applied,
     the values it wrote) — a linearizable look at the row, which a speculative grant uses instead
-    of a plain read of its own (:mod:`lockclient.fairqueue`).
+    of a plain read of its own (:mod:`lockclient.fairqueue`). ``hands_over``: the record says that
+    its release will hand the lock to the next in line (:attr:`HolderRecord.hands_over`).
     """
     store = attempt.store
     for _ in range(tries):
@@ -234,6 +236,7 @@ def take(
             label=attempt.label,
             payload=attempt.payload,
             granted=granted,
+            hands_over=hands_over,
         )
         value = record.encode()
         expected = {**(also_expect or {}), column: None, FENCE_COLUMN: fence}

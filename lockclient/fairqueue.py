@@ -23,7 +23,63 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
 
 So an uncontended acquisition costs one plain round trip and one Paxos round — overlapped
 into one round trip when the grant is sent with the enqueue (below); a release costs one round
-trip (the holder record and the queue cell, together).
+trip (the holder record and the queue cell, together) — a contended one two (below).
+
+**A contended hand-over in one Paxos round** (issue 27): the release grants the next holder
+itself, as a fair mutex hands its lock off. A holder that waited for the lock (others likely wait
+behind it; its holder record says so, ``h``) does at release:
+
+1. one plain read of the queue's head — the first two cells from the watermark — sent with the
+   delete of its own queue cell (``_head_read``). The first cell in queue order that is not its
+   own is the one in line (``_first_in_line``): a cell with a ticket *below* the holder's is in
+   line too (the "three cells" story below) — handing the lock to "the one right behind me"
+   instead is the broken variant ``handover-to-the-second-in-line`` of sim/findings.py;
+2. if that waiter takes hand-overs (its queue cell says so, ``h``: a waiter of an older
+   chronolock, a ``try_get_lock``, a stamped grant or a payload does not), one compare-and-set,
+   conditional on ``~holder`` = its own record (as a release is), on the fencing counter its grant
+   wrote and on the watermark proposal it knows (``proposal_seen``; a waiter whose ticket is below
+   it is not handed the lock: a publisher may have sent it to the back without our read seeing the
+   proposal — the watermark handshake); it writes ``~holder`` := the waiter's record (its owner,
+   lease, ticket and label, token n + 1, a fresh attempt id, and ``c`` = the version of the queue
+   cell the read found), ``~fence`` := n + 1 and ``~ended`` := our own end record (released). No
+   waiter, a read that failed, or a refusal while our record is still there (the proposal moved):
+   the release goes on as a plain one, and the waiter grants itself as below.
+
+The waiter woken by that release (the datagram to the name of what it watches, or leasewatch's
+answer, as before) *looks* instead of sending a grant (which would be refused: a Paxos round lost):
+its look reads the lease row, finds ``~holder`` naming its owner and ticket, and **adopts** it — the
+holder with that record and token, with no Paxos round of its own. So a contended hand-over is one
+plain read, one Paxos round and one plain read after the wake-up, where it was two Paxos rounds.
+
+* *The adopted lease is dated from the start of the waiter's own write of the queue-cell version
+  the releaser read* (``_adopted_since``; each waiter remembers when its last few writes began,
+  the earliest attempt of each version). The releaser read that version before its compare-and-set
+  wrote the record, and leasewatch cannot start timing a record before it exists: so the lease, as
+  the waiter counts it, ends before leasewatch's lease + grace — the lease-level promise. Dating it
+  from the look that found it is the broken variant ``handover-dated-from-the-look``: a waiter
+  paused or cut off before that look would hold a lease that outlasts leasewatch's. A grant found
+  too late to be valid (by our clock) is handed on at once, and the waiter queues again.
+* *FIFO* is judged by the releaser's read: a cell written before that read began is never
+  overtaken (it is the first in line, or one ahead of it is). ``RemoteLock.looked_at`` of an adopted
+  lock is None: the read was another process's.
+* *Fencing*: the token is n + 1 on exactly the counter n that the releaser's grant left — nobody
+  can be granted while its record is there — so tokens strictly increase.
+* *Unknown outcomes*: the hand-over's compare-and-set is a release (``HeldLease.release``): a lost
+  answer is retried in the background, and a retry that finds the successor's record (or any other)
+  reads ``~ended`` at SERIAL — our own end record proves that our release landed, so a released
+  lock is never reported lost; and the successor's record is never orphaned, it is its owner's to
+  find and adopt (or leasewatch's to revoke, below).
+* *A waiter that leaves* (timeout, cancel, revoked, queueing again) while a release that read its
+  cell may hand it the lock checks, in the background, at once and :data:`HAND_ON_RECHECK_S` later
+  (SERIAL reads, which also settle a compare-and-set in flight), and hands on what it finds (the
+  same release: to the next in line, or to nobody). A waiter handed a lock it can no longer take —
+  dead, paused for long, or whose check came before a compare-and-set held up in the network for
+  longer than that — is revoked by leasewatch like any dead holder: the lock is then unavailable
+  for up to ``lease + grace`` (plus leasewatch's look period) after the hand-over.
+
+An uncontended holder (granted on its first look) releases as before, in one round trip with no
+read; and a waiter woken by the release of a holder that does not hand over (its record has no
+``h``) sends its own grant at once, as described next.
 
 **A hand-over skips the look.** The first in line, woken by the release of the holder its
 last look saw (a datagram to the name of what it watches, or leasewatch's answer), sends
@@ -145,9 +201,9 @@ from lockclient.lease import (
 from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, ticket_time
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
-from lockclient.store.base import Delete, Op, Put, ReadRow, ReadVersioned
+from lockclient.store.base import Delete, Op, Put, ReadRow, ReadVersioned, new_attempt_id
 from lockclient.wake import TAKEN, Listener, Taken, Watch
-from lockclient.watermark import PROPOSED
+from lockclient.watermark import PROPOSED, parse_marks
 
 __all__ = ["FairQueue"]
 
@@ -157,6 +213,11 @@ log = get_logger("lockclient")
 
 LONG_POLL_S = 2.0
 """Longest single wait on leasewatch (a missed wake-up costs at most this)."""
+
+HAND_ON_RECHECK_S = 1.0
+"""A waiter that left the queue checks whether it was handed the lock at once and this much later
+(at most a third of its lease): a release that read its cell before it went may still be sending
+its compare-and-set."""
 
 LOCAL_PATIENCE_S = 0.5
 """How long a waiter watching a process on its own machine relies on the local wake-up alone
@@ -236,7 +297,15 @@ class FairQueue:
         now = attempt.io(lambda: take_ticket_time(self.s.clock))
         attempt.ticket_taken = (now, self.s.monotonic())
         waiter = WaiterLease(
-            lock_id, owner, make_ticket(now, owner), self.s.lease, runtime=self.s.runtime, label=attempt.label
+            lock_id,
+            owner,
+            make_ticket(now, owner),
+            self.s.lease,
+            runtime=self.s.runtime,
+            label=attempt.label,
+            # A lock handed over is written by the releaser: only a waiter that waits, and needs
+            # nothing in its record the releaser cannot know (a stamped grant, a payload), asks for it.
+            adopts=attempt.blocking and not attempt.stamp_grant and not attempt.payload,
         )
         stamp = self.s.timestamps.next(now)
         start = self.s.watermarks.start(lock_id, waiter.ticket)
@@ -391,8 +460,13 @@ class FairQueue:
                     return held
                 self._give_back(store, held)
                 continue
-            if ticket_time(ticket) < proposed and not handshake_done:
-                return _Turn.REQUEUE  # the watermark handshake: our cell may be invisible
+            # Handed over to us by the release of the holder ahead (before the handshake too: the
+            # hand-over expected a proposal our ticket is not below).
+            turn = self._adopt(attempt, waiter, row, looked_at)
+            if turn is None and ticket_time(ticket) < proposed and not handshake_done:
+                turn = _Turn.REQUEUE  # the watermark handshake: our cell may be invisible
+            if turn is not None:
+                return turn
             if overlapped:
                 # Our own cell may not be visible to a read that overlapped its write.
                 if mine_and_before and mine_and_before[0].column == ticket:
@@ -427,7 +501,13 @@ class FairQueue:
                     continue
             if predecessor is None and holder is None:
                 taken = take(
-                    self.s, attempt, waiter.owner, ticket, row.get(FENCE_COLUMN), also_expect=fenced_by_watermark
+                    self.s,
+                    attempt,
+                    waiter.owner,
+                    ticket,
+                    row.get(FENCE_COLUMN),
+                    also_expect=fenced_by_watermark,
+                    hands_over=contended,
                 )
                 if isinstance(taken, HeldLease):
                     taken.enqueued_at, taken.looked_at = waiter.enqueued_at, looked_at
@@ -463,22 +543,106 @@ class FairQueue:
             woken = waiting.wait(watch, delay * self.s.runtime.uniform(0.5, 1.0), seen, local=local)
             handed_over = woken and handshake_done and next_after_holder
             if handed_over and holder is not None and ahead == _holder_owner(holder):
-                hand_over = _HandOver(row.get(FENCE_COLUMN), looked_at)
+                # That holder's release may hand the lock to the first in line itself (most likely
+                # us): then we adopt it instead of granting ourselves (a grant of our own would be
+                # refused, a Paxos round lost).
+                adopt = waiter.record.adopts and _hands_over(holder)
+                hand_over = _HandOver(row.get(FENCE_COLUMN), looked_at, row.get(PROPOSED), adopt)
 
-    def _take_handed_over(self, attempt: Acquisition, waiter: WaiterLease, hand_over: _HandOver) -> HeldLease | None:
+    def _take_handed_over(
+        self, attempt: Acquisition, waiter: WaiterLease, hand_over: _HandOver
+    ) -> HeldLease | _Turn | None:
         """The first in line, woken by the release it watched, sends the grant straight away (see
         the module's docstring): conditional on nobody holding and the fencing counter being the
-        one the released holder's grant left — so on nobody having been granted since. None:
-        not granted (someone else was, or the wake-up was not a release); look again."""
+        one the released holder's grant left — so on nobody having been granted since. Or, when
+        that release hands the lock over itself, reads the lease row alone (one plain read, not a
+        whole look) and adopts the lock it finds handed to us. None: not granted (someone else was,
+        the wake-up was not a release, or the release did not hand the lock to us); look again."""
         if not waiter.alive():
             return None  # leasewatch may have removed our cell: a look decides
         attempt.check()
-        taken = take(self.s, attempt, waiter.owner, waiter.ticket, hand_over.fence, tries=1)
+        if hand_over.adopt:
+            row, looked_at = self._stamped(
+                attempt, partial(attempt.store.read_versioned, attempt.lock_id, serial=False)
+            )
+            return self._adopt(attempt, waiter, row, looked_at)
+        taken = take(self.s, attempt, waiter.owner, waiter.ticket, hand_over.fence, tries=1, hands_over=True)
         if not isinstance(taken, HeldLease):
             return None
         taken.enqueued_at, taken.looked_at = waiter.enqueued_at, hand_over.looked_at
+        taken.proposal_seen = hand_over.proposal
         taken.contended = True
         return taken
+
+    def _adopt(
+        self, attempt: Acquisition, waiter: WaiterLease, row: dict[str, str], looked_at: float
+    ) -> HeldLease | _Turn | None:
+        """The holder record our look read names us, written by the previous holder's release: the
+        lock is ours, without a Paxos round of our own. Dated from the start of our write of the
+        queue-cell version the releaser read (:func:`_adopted_since`); if that lease has already run
+        out by our clock (we were paused, or cut off from the store, for about a lease), we cannot
+        use it — leasewatch may be about to revoke it — so it is handed on at once and we queue
+        again. None: nothing was handed to us."""
+        held = self._handed(waiter, row, looked_at, attempt.max_hold)
+        if held is None:
+            return None
+        if held.monotonic() < held.valid_until():
+            # Held from now, as far as this process (and RemoteLock.granted_at) is concerned: the
+            # grant came before, after the previous holder's release began.
+            now = held.holding_since = held.monotonic()
+            # Its lease is dated from our cell write, often a third of a lease ago or more: renew it
+            # half-way through what is left, and no later than a third of a lease from now — not at
+            # once, which would add a Paxos round to every hand-over (and hold up a quick release).
+            held.renew_not_before = now + min(held.lease / 3, (held.valid_until() - now) / 2)
+            log.debug("handed_over", lock_id=waiter.lock_id, owner=waiter.owner, fencing_token=held.token)
+            return held
+        log.info("handed_over_too_late", lock_id=waiter.lock_id, owner=waiter.owner, fencing_token=held.token)
+        self._hand_on(held, attempt.store)
+        return _Turn.REQUEUE
+
+    def _handed(
+        self, waiter: WaiterLease, row: dict[str, str], looked_at: float, max_hold: float | None = None
+    ) -> HeldLease | None:
+        """The lease of a holder record in ``row`` (read by a look that started at ``looked_at``) that
+        a release handed to ``waiter``, if there is one."""
+        raw = row.get(HOLDER_COLUMN)
+        if raw is None or not waiter.record.adopts:
+            return None
+        try:
+            record = HolderRecord.decode(raw)
+        except StoreError:
+            return None
+        if not record.cell or record.owner != waiter.owner or record.ticket != waiter.ticket:
+            return None
+        since = _adopted_since(waiter, record, looked_at)
+        # A version we no longer remember was written more than a few renewals ago: already run out.
+        renewed_at = since if since is not None else self.s.monotonic() - record.lease
+        held = HeldLease(waiter.lock_id, record, renewed_at=renewed_at, max_hold=max_hold, runtime=self.s.runtime)
+        held.value = raw
+        held.enqueued_at = waiter.enqueued_at
+        held.contended = True
+        held.proposal_seen = row.get(PROPOSED)
+        # looked_at stays None: FIFO was judged by the releaser's read, which this process cannot date.
+        return held
+
+    def _hand_on(self, held: HeldLease, store: CellStore) -> None:
+        """A lock handed to a waiter that cannot take it (left the queue, or its lease ran out before
+        it found the grant): release it as its holder would — to the next in line, or to nobody.
+        If the store is away, keep trying in the background (then leasewatch revokes it after
+        ``lease + grace`` at the latest: nobody renews it)."""
+
+        def run() -> None:
+            self.release(held, self.s.store)
+            self.s.announce(held.lock_id, gone=held.ticket, released=held.owner)
+
+        try:
+            self.release(held, store)
+        except StoreError as exc:
+            held.note_release_attempt()
+            log.warning("hand_on_deferred", lock_id=held.lock_id, owner=held.owner, error=str(exc))
+            self.s.keeper.defer(run, what="hand on a lock", lock_id=held.lock_id, give_up_after=3 * held.lease)
+            return
+        self.s.announce(held.lock_id, gone=held.ticket, released=held.owner)
 
     def _stamped(self, attempt: Acquisition, look: Callable[[], T]) -> tuple[T, float]:
         """A look (alone, or with the enqueue), retried while the store is away, and when the try
@@ -539,6 +703,37 @@ class FairQueue:
                 on_done=lambda _: self._withdrawing.discard(lock_id, waiter.ticket),
             )
         self.s.announce(lock_id, gone=waiter.ticket)
+        if waiter.record.adopts:
+            self._hand_on_if_handed(waiter)
+
+    def _hand_on_if_handed(self, waiter: WaiterLease) -> None:
+        """A waiter that takes hand-overs left the queue (timed out, cancelled, revoked, or queues
+        again): a release that read its cell before it was gone may have handed it the lock. In the
+        background, off the caller's path: read the lock's row at SERIAL (which also settles a
+        compare-and-set in flight) and, if the lock was handed to us, hand it on — at once, and once
+        more :data:`HAND_ON_RECHECK_S` later, for a release whose read came just before our cell
+        went and whose compare-and-set came after our first check. One held up in the network
+        longer than that is left to leasewatch, which revokes it after ``lease + grace`` like a
+        dead holder's (the lock is unavailable that long)."""
+        for delay in (0.0, min(HAND_ON_RECHECK_S, waiter.lease / 3)):
+            self._check_handed(waiter, delay)
+
+    def _check_handed(self, waiter: WaiterLease, delay: float) -> None:
+        found: list[HeldLease] = []
+
+        def run() -> None:
+            if not found:
+                looked_at = self.s.monotonic()
+                held = self._handed(waiter, self.s.store.read_versioned(waiter.lock_id), looked_at)
+                if held is None:
+                    return
+                log.info("handed_to_a_waiter_that_left", lock_id=waiter.lock_id, owner=waiter.owner)
+                found.append(held)
+            self.release(found[0], self.s.store)
+            self.s.announce(waiter.lock_id, gone=waiter.ticket, released=waiter.owner)
+
+        what = "hand on a lock handed to a waiter that left"
+        self.s.keeper.defer(run, what=what, lock_id=waiter.lock_id, give_up_after=3 * waiter.lease, delay=delay)
 
     def _finish_withdrawal(self, attempt: Acquisition, lock_id: str, ticket: str) -> bool:
         """Delete our own withdrawn cell ``ticket`` from the acquisition's path; False if the store
@@ -556,14 +751,70 @@ class FairQueue:
     # -- release ---------------------------------------------------------------------------------
 
     def release(self, lease: HeldLease, store: CellStore) -> bool:
-        # One round trip: the queue cell's delete is in flight while the holder record goes.
-        pending = store.begin([Delete(Table.QUEUE, lease.lock_id, lease.ticket, self.s.timestamps.next())])
-        clean = lease.release(store)
-        pending.wait()
+        delete = Delete(Table.QUEUE, lease.lock_id, lease.ticket, self.s.timestamps.next())
+        if lease.ended or not (lease.record.handing_over and not lease.park_until and lease.column == HOLDER_COLUMN):
+            # One round trip: the queue cell's delete is in flight while the holder record goes.
+            pending = store.begin([delete])
+            clean = lease.release(store)
+            pending.wait()
+        else:
+            # It waited, so others likely wait behind it (and its record told them it hands over):
+            # read the head of the queue (with the delete), then hand the lock to the first in line
+            # in the release's compare-and-set.
+            start = self.s.watermarks.start(lease.lock_id)
+            read_at = self.s.monotonic()
+            failed: StoreError | None = None
+            successor: tuple[HolderRecord, dict[str, str | None]] | None = None
+            try:
+                _, head = store.execute_all([delete, _head_read(lease.lock_id, start, lease.ticket)])
+            except StoreError as exc:
+                failed = exc  # released as before; the delete is retried with the release's retry
+            else:
+                successor = self._successor(lease, head)
+            if successor is None:
+                clean = lease.release(store)
+            else:
+                lease.handed_read_at = read_at
+                clean = lease.release(store, *successor)
+            if failed is not None:
+                raise failed
         if clean and not lease.contended and not lease.parked:
             # Nobody was waiting for it: the next acquisition here sends its grant with the enqueue.
             self._quiet.put(lease.lock_id, _Quiet(format_fence(lease.token, lease.owner), lease.proposal_seen))
         return clean
+
+    def _successor(self, lease: HeldLease, head: list[Cell]) -> tuple[HolderRecord, dict[str, str | None]] | None:
+        """Whom a release hands the lock to, and what the hand-over is also conditional on: the first
+        cell of the queue's head that is not ours (cells below our ticket are in line too: see "A
+        hand-over skips the look"), if its waiter takes hand-overs and its ticket is not below the
+        watermark proposal we know — the compare-and-set expects that proposal, so a waiter a
+        publisher may have sent to the back (the watermark handshake) is never handed the lock."""
+        cell = _first_in_line(head, lease.ticket)
+        if cell is None:
+            return None
+        try:
+            waiter = WaiterRecord.decode(cell.value)
+        except StoreError:
+            return None
+        proposal = lease.proposal_seen
+        proposed = parse_marks({PROPOSED: proposal} if proposal is not None else {})[1]
+        if not waiter.adopts or waiter.mode or ticket_time(cell.column) < proposed:
+            return None
+        # For display only ("held for"): our own grant's estimate, moved on by our monotonic clock.
+        mine = lease.record.granted
+        granted = mine + max(0, int((self.s.monotonic() - lease.holding_since) * 1_000_000)) if mine else 0
+        record = HolderRecord(
+            waiter.owner,
+            1,
+            waiter.lease,
+            cell.column,
+            lease.token + 1,
+            new_attempt_id(self.s.runtime),
+            label=waiter.label,
+            granted=granted,
+            cell=waiter.version,
+        )
+        return record, {PROPOSED: proposal}
 
     # -- the watermark ---------------------------------------------------------------------------
 
@@ -598,6 +849,11 @@ class _HandOver:
     """The fencing counter that look read: the released holder's grant."""
     looked_at: float
     """When that look started: FIFO is judged by it (the grant skips a look)."""
+    proposal: str | None
+    """The watermark proposal that look read."""
+    adopt: bool = False
+    """That holder hands the lock over at release, and we take hand-overs: read the lease row and
+    adopt the lock instead of sending a grant."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -787,6 +1043,41 @@ class _Waiting:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+
+
+def _head_read(lock_id: str, start: str, own_ticket: str) -> ReadRow:
+    """A releaser's read of the queue's head: the first two cells from the watermark — ours and the
+    first in line, whichever comes first (a cell below our ticket is in line too). Reading from our
+    own ticket instead ("the one right behind me") is the broken variant
+    ``handover-to-the-second-in-line`` of sim/findings.py."""
+    return ReadRow(Table.QUEUE, lock_id, start, limit=2)
+
+
+def _first_in_line(cells: list[Cell], own_ticket: str) -> Cell | None:
+    """The first cell of the queue's head, in queue order, that is not the releaser's own."""
+    for cell in cells:
+        if cell.column != own_ticket:
+            return cell
+    return None
+
+
+def _adopted_since(waiter: WaiterLease, record: HolderRecord, looked_at: float) -> float | None:
+    """When a lock handed to ``waiter`` is dated from: the start of its own write of the queue-cell
+    version the releaser read (and copied into the record). The releaser read that version before
+    its compare-and-set wrote the record, and leasewatch cannot have started timing the record
+    before it was written — so leasewatch's lease + grace ends after ours. Not from ``looked_at``,
+    the start of the look that found the record: that look may come long after leasewatch began
+    timing the record (we were paused, or cut off), and a lease dated from it would outlast
+    leasewatch's (the broken variant ``handover-dated-from-the-look`` of sim/findings.py).
+    None: a version too old to remember."""
+    return waiter.written_at(record.cell)
+
+
+def _hands_over(raw: str) -> bool:
+    try:
+        return HolderRecord.decode(raw).handing_over
+    except StoreError:
+        return False
 
 
 def _waiter_owner(raw: str) -> str:

@@ -128,12 +128,13 @@ class Keeper:
         lock_id: str,
         give_up_after: float | None = None,
         on_done: Callable[[bool], None] | None = None,
+        delay: float = 0.0,
     ) -> Event:
-        """Run ``run`` on a worker now, and again with back-off while it raises or returns
-        False, for at most ``give_up_after`` seconds (None: until the keeper closes).
-        Returns an event set when it succeeded or was given up; ``on_done(succeeded)``
-        runs then (on a worker thread)."""
-        now = self._monotonic()
+        """Run ``run`` on a worker now (or ``delay`` seconds from now), and again with back-off
+        while it raises or returns False, for at most ``give_up_after`` seconds more (None: until
+        the keeper closes). Returns an event set when it succeeded or was given up;
+        ``on_done(succeeded)`` runs then (on a worker thread)."""
+        now = self._monotonic() + delay
         task = _Task(
             run, what, lock_id, None if give_up_after is None else now + give_up_after, self._runtime.event(), on_done
         )

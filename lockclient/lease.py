@@ -80,6 +80,7 @@ __all__ = [
     "WaiterRecord",
     "ended_column_for",
     "format_fence",
+    "handover",
     "holder_columns",
     "is_holder_column",
     "parse_fence",
@@ -121,6 +122,10 @@ def holder_columns(row: Mapping[str, str]) -> list[str]:
 
 
 log = get_logger("lockclient.lease")
+
+WRITES_KEPT = 8
+"""A waiter remembers when its last this-many queue-cell writes started: a lock handed over on an
+older version (read more than ~2 leases ago) is dated as already expired."""
 
 
 def _loads(raw: str, what: str) -> dict[str, Any]:
@@ -166,6 +171,16 @@ class HolderRecord:
     time plus this process's monotonic time from taking the ticket to sending the grant — or
     ``since`` when the grant was stamped. Never used to decide anything. 0: unknown (the baseline
     algorithm, records written before it existed)."""
+    hands_over: bool = False
+    """Its owner waited for the lock, so others likely wait behind it: its release reads the head of
+    the queue and hands the lock to the first in line in the same compare-and-set. A waiter woken by
+    the release of such a holder looks (the lock may be its own already) instead of sending a grant
+    of its own, which the hand-over would make a Paxos round lost (:mod:`lockclient.fairqueue`)."""
+    cell: int = 0
+    """Non-zero: the record was *handed over* — written by the previous holder's release, not by
+    its owner (:mod:`lockclient.fairqueue`, "A hand-over in one Paxos round"). It is the version of
+    the owner's queue cell that the releaser read: the owner dates its lease from the start of its
+    own write of that version (leasewatch can only have started timing the record after it)."""
 
     def encode(self) -> str:
         data: dict[str, object] = {"o": self.owner, "v": self.version, "l": self.lease, "t": self.ticket}
@@ -182,6 +197,10 @@ class HolderRecord:
             data["p"] = self.payload
         if self.granted:
             data["g"] = self.granted
+        if self.hands_over:
+            data["h"] = 1
+        if self.cell:
+            data["c"] = self.cell
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -200,9 +219,17 @@ class HolderRecord:
                 str(data.get("n", "")),
                 str(data.get("p", "")),
                 int(data.get("g", 0)),
+                bool(data.get("h", 0)),
+                int(data.get("c", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"malformed holder record {raw[:100]!r}") from exc
+
+    @property
+    def handing_over(self) -> bool:
+        """Whether its release hands the lock over (:attr:`hands_over`; a lock handed over to its
+        owner was waited for, so its release does too)."""
+        return self.hands_over or bool(self.cell)
 
     def renewed(self, runtime: Runtime = THREADS) -> HolderRecord:
         """The next version, with a fresh attempt id (a new one for every renewal attempt)."""
@@ -234,6 +261,37 @@ def removal(
     )
 
 
+def handover(
+    lock_id: str,
+    value: str,
+    record: HolderRecord,
+    successor: HolderRecord,
+    *,
+    also_expect: Mapping[str, str | None] | None = None,
+    runtime: Runtime = THREADS,
+) -> CompareAndSet:
+    """A release that grants the lock to ``successor`` in the same compare-and-set (the fair
+    queue's hand-over): conditional on the holder record ``value`` as a release is (and on
+    ``also_expect``), it writes our end record (released), the successor's holder record and the
+    fencing counter its token makes. Nobody can have been granted while our record was there, so
+    the counter is the one our grant wrote, and the successor's token is the next one."""
+    return CompareAndSet(
+        lock_id,
+        {
+            **(also_expect or {}),
+            HOLDER_COLUMN: value,
+            ENDED_COLUMN: ANY,
+            # What our own grant wrote (and nothing can have changed while our record is there).
+            FENCE_COLUMN: format_fence(record.token, record.owner),
+        },
+        {
+            HOLDER_COLUMN: successor.encode(),
+            FENCE_COLUMN: format_fence(successor.token, successor.owner),
+            ENDED_COLUMN: record.end("released", runtime=runtime),
+        },
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class WaiterRecord:
     """The value of a queue cell: the waiter's lease."""
@@ -247,6 +305,12 @@ class WaiterRecord:
     label: str = ""
     """The waiter's label (:mod:`lockclient.labels`), written only when set. The payload is not
     here: it waits for the holder record (every look at the queue reads every cell)."""
+    adopts: bool = False
+    """The waiter takes a lock handed to it by the holder's release (:attr:`HolderRecord.cell`):
+    the release may write its holder record. Written only when set, so a waiter of an older
+    chronolock — which would never adopt such a record — is never handed the lock; a waiter that
+    wants a stamped grant or a payload in its record does not set it either (the releaser cannot
+    write what only the waiter knows)."""
 
     def encode(self) -> str:
         data: dict[str, object] = {"o": self.owner, "v": self.version, "l": self.lease}
@@ -254,13 +318,22 @@ class WaiterRecord:
             data["k"] = self.mode
         if self.label:
             data["n"] = self.label
+        if self.adopts:
+            data["h"] = 1
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def decode(cls, raw: str) -> WaiterRecord:
         data = _loads(raw, "queue cell")
         try:
-            return cls(str(data["o"]), int(data["v"]), float(data["l"]), str(data.get("k", "")), str(data.get("n", "")))
+            return cls(
+                str(data["o"]),
+                int(data["v"]),
+                float(data["l"]),
+                str(data.get("k", "")),
+                str(data.get("n", "")),
+                bool(data.get("h", 0)),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"malformed queue cell {raw[:100]!r}") from exc
 
@@ -377,6 +450,15 @@ class HeldLease:
         compare-and-set — at least any global time anybody saw before (:mod:`lockclient.hold`)."""
         self.proposal_seen: str | None = None
         """Fair queue: the lock's watermark proposal as the look before the grant read it."""
+        self.renew_not_before = 0.0
+        """The first renewal's earliest start, for a lease dated from before it was granted (a lock
+        handed over: :mod:`lockclient.fairqueue`) — whose ``renewed_at + lease/3`` is often past
+        when it is adopted: renewing at once would cost every hand-over a second Paxos round."""
+        self.handed_to: HolderRecord | None = None
+        """Fair queue: the release handed the lock to this waiter (its compare-and-set applied)."""
+        self.handed_read_at: float | None = None
+        """Fair queue: monotonic start of the queue read that chose whom the release hands the lock
+        to — FIFO is judged by it (no cell written before it is overtaken)."""
         self._pending: dict[str, tuple[HolderRecord, float]] = {}
         """Renewals whose outcome stayed unknown, since the last proven value: value -> (record,
         start). All are conditional on the same current value, so at most one of them applied;
@@ -424,10 +506,11 @@ class HeldLease:
             self._fire_lost(f"no renewal succeeded within the lease ({self.lease:g} s)")
 
     def next_due(self) -> float:
-        """When the next renewal should start: every lease/3; sooner after a failure."""
+        """When the next renewal should start: every lease/3 (not before :attr:`renew_not_before`);
+        sooner after a failure."""
         if self.renew_failures:
             return self.last_attempt_at + min(self.lease / 10, 1.0)
-        return self.renewed_at + self.lease / 3
+        return max(self.renewed_at + self.lease / 3, self.renew_not_before)
 
     # -- store calls --------------------------------------------------------------------
 
@@ -579,26 +662,48 @@ class HeldLease:
         self.renew_failures = 0
         self._pending.clear()
 
-    def release(self, store: CellStore) -> bool:
+    def release(
+        self,
+        store: CellStore,
+        successor: HolderRecord | None = None,
+        also_expect: Mapping[str, str | None] | None = None,
+    ) -> bool:
         """Delete the record if it is still ours, writing our end record — or, with
         :attr:`park_until` set, park it (see :attr:`HolderRecord.until`). True if it was ours
         until now; False if it had been revoked (the lock was lost). Raises StoreError when the
         outcome stays unknown — the caller retries, and a retry recognises an earlier success by
-        its end record (or its parked value)."""
+        its end record (or its parked value).
+
+        ``successor``: hand the lock over in the same compare-and-set (:func:`handover`; never
+        when parking), also conditional on ``also_expect``. Refused while our record is still
+        there (a cell of ``also_expect`` moved), the release goes on without it: a plain removal.
+        Whether it was handed over: :attr:`handed_to`."""
         with self._mutex:
             if self.ended:
                 return self._released_clean
             for _ in range(3):
                 parking = bool(self.park_until)
-                op = self._parking() if parking else self._removal()
+                handing = successor is not None and not parking
+                if handing:
+                    assert successor is not None
+                    op = handover(
+                        self.lock_id, self.value, self.record, successor, also_expect=also_expect, runtime=self.runtime
+                    )
+                else:
+                    op = self._parking() if parking else self._removal()
                 try:
                     result = store.compare_and_set(op.row, op.expected, op.updates)
                 except StoreError:
                     self._release_sent = True  # it may have landed: a later "gone" may be ours
                     raise
                 if result.applied:
+                    if handing:
+                        self.handed_to = successor
                     self._end(clean=True, parked=parking)
                     return True
+                if handing and result.current.get(self.column) == self.value:
+                    successor = None  # our record is there: a condition of the hand-over moved
+                    continue
                 current = result.current.get(self.column)
                 if current is not None and current in self._parked:
                     self._end(clean=True, parked=True)  # an earlier parking of ours landed
@@ -696,15 +801,20 @@ class WaiterLease:
         runtime: Runtime = THREADS,
         mode: str = "",
         label: str = "",
+        adopts: bool = False,
     ) -> None:
-        """``mode``: what the waiter wants (:attr:`WaiterRecord.mode`); ``label``: its label."""
+        """``mode``: what the waiter wants (:attr:`WaiterRecord.mode`); ``label``: its label;
+        ``adopts``: it takes a lock handed over to it (:attr:`WaiterRecord.adopts`)."""
         self.lock_id = lock_id
         self.owner = owner
         self.ticket = ticket
         self.lease = lease
         self.monotonic = monotonic = runtime.monotonic
-        self.record = WaiterRecord(owner, 1, lease, mode, label)
+        self.record = WaiterRecord(owner, 1, lease, mode, label, adopts)
         self.renewed_at = monotonic()
+        self._written: dict[int, float] = {1: self.renewed_at}
+        """Version -> the earliest start of a write of it (the enqueue's is taken before it is sent):
+        a lock handed over to us on a version a releaser read is dated from there."""
         self.enqueued_at: float | None = None
         self.renew_failures = 0
         self.last_attempt_at = self.renewed_at
@@ -747,6 +857,11 @@ class WaiterLease:
                 started = self.last_attempt_at = self.monotonic()
                 record = replace(self.record, version=self.record.version + 1)
                 stamp = timestamp()
+                # Before it is sent (it may land and its answer be lost), and the earliest attempt
+                # of a version: a retry writes the same version again, later.
+                self._written.setdefault(record.version, started)
+                for old in [v for v in self._written if v <= record.version - WRITES_KEPT]:
+                    del self._written[old]
             try:
                 store.put(Table.QUEUE, self.lock_id, self.ticket, record.encode(), timestamp=stamp)
             except StoreError as exc:
@@ -756,6 +871,12 @@ class WaiterLease:
             if started - self.renewed_at >= self.lease:
                 self.interrupted = True
             self.record, self.renewed_at, self.renew_failures = record, started, 0
+
+    def written_at(self, version: int) -> float | None:
+        """When our write of that version of the cell started (its earliest attempt), if it is one of
+        the last few."""
+        with self._state:
+            return self._written.get(version)
 
     def end(self) -> None:
         """Stop renewing (the caller deletes the cell, or it became the holder's). Never waits

@@ -149,13 +149,16 @@ class RemoteLock:
         self.granted_at = lease.holding_since
         """``time.monotonic()`` when the compare-and-set that granted the lock was sent (the grant
         happened no earlier): with ``valid_until`` of other holders, what the lease-level
-        invariant is checked against."""
+        invariant is checked against. For a lock handed over by the previous holder's release
+        (fair queue, issue 27): when this process found the grant — the grant came earlier, after
+        the previous holder's ``release()`` began."""
         self.enqueued_at = lease.enqueued_at
         """``time.monotonic()`` when this holder's queue cell was written (fair queue)."""
         self.looked_at = lease.looked_at
         """``time.monotonic()`` when the queue read that preceded the grant started (fair queue):
         every queue cell written before it was visible to that read — FIFO is promised
-        among those (a cell still being written may lose its turn to a later ticket)."""
+        among those (a cell still being written may lose its turn to a later ticket). None for a
+        lock handed over by the previous holder's release: that read was the releaser's."""
         self.waited = lease.contended
         """Whether the acquisition had to wait for another contender (False: granted on its first
         look, so its ticket skipped the commit wait — docs/guarantees.md, "Order (FIFO)")."""

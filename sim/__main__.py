@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.monotonic() - started:.0f} s",
         flush=True,
     )
+    handovers = sum(o.handovers for o in outcomes)
+    print(f"sim: {handovers} one-round hand-overs (FIFO judged by the releaser's read)", flush=True)
     per: dict[str, int] = {}
     for outcome in outcomes:
         for primitive, n in outcome.ops.items():
@@ -185,6 +187,7 @@ def _one(args: argparse.Namespace) -> int:
     )
     if set(outcome.ops) - {"lock"}:
         print("sim: operations per primitive: " + ", ".join(f"{k} {v}" for k, v in sorted(outcome.ops.items())))
+    print(f"sim: {outcome.handovers} one-round hand-overs (FIFO judged by the releaser's read)", flush=True)
     print(
         f"sim: 1 seeds, {outcome.acquisitions} simulated acquisitions, {len(outcome.violations)} violations",
         flush=True,

@@ -9,7 +9,8 @@ is due — not from samples, and never with a tolerance for the machine's load:
 * **lease-level exclusion** — at the instant a grant applies in the store, no other owner of that
   lock id still sees ``held == True`` (not released, ``lost`` not set, and its own monotonic clock
   before its ``valid_until``) — a paused process included: its clock runs on while it is paused.
-* **FIFO**, as docs/guarantees.md states it — a grant's deciding look (``RemoteLock.looked_at``) sees every
+* **FIFO**, as docs/guarantees.md states it — a grant's deciding look (``RemoteLock.looked_at``; for a
+  lock handed over by a release, the releaser's read of the queue's head) sees every
   queue cell written before it started, so no contender whose cell was live when that look started
   (written before it, not yet withdrawn or revoked), and who was later granted with that same
   ticket, is overtaken by a later ticket.
@@ -103,6 +104,8 @@ class _Grant:
     token: int
     ticket: str
     column: str = HOLDER_COLUMN
+    look_real: int | None = None
+    """A hand-over: when the releaser's read of the queue's head started (real time), if known."""
 
 
 class Checkers:
@@ -186,15 +189,18 @@ class Checkers:
             if new is not None and old is None:
                 self._on_grant(now, row, new, updates.get(FENCE_COLUMN), column)
             elif new is None and old is not None:
-                record = _holder(old)
-                if record is not None:
-                    self._holder_removed[record.owner] = now
-                    end = EndRecord.decode(updates.get(ended_column_for(column)))
-                    how = end.how if end is not None and end.ends(record.token, record.owner) else "deleted"
-                    self._removed_how[record.owner] = how
-                    self._token_end[(row, record.token)] = (how, now)
-                    self._timeline.setdefault(row, []).append((now, column, None))
-                    self.sim.record("holder_gone", lock=row, owner=record.owner, how=how)
+                self._on_removal(now, row, column, old, updates)
+            elif new is not None and old is not None and _handed_over(old, new):
+                # A release that hands the lock to the first in line (lockclient.fairqueue): the
+                # holder's end and the next grant in one compare-and-set. FIFO is judged by the
+                # releaser's read of the queue's head.
+                releaser = self._on_removal(now, row, column, old, updates)
+                look_real = None
+                state = None if releaser is None else self._states.get(releaser)
+                if state is not None and state.lock._lease.handed_read_at is not None:
+                    look_real = state.process.real_at_monotonic(state.lock._lease.handed_read_at)
+                self._on_grant(now, row, new, updates.get(FENCE_COLUMN), column, look_real=look_real)
+                self.sim.stats.handovers += 1
             elif new is not None:
                 record = _holder(new)
                 if record is not None:
@@ -203,7 +209,31 @@ class Checkers:
                         self._parked[(row, record.token)] = record.until
                         self.sim.record("parked", lock=row, owner=record.owner, until=record.until)
 
-    def _on_grant(self, now: int, lock_id: str, raw: str, fence: str | None, column: str = HOLDER_COLUMN) -> None:
+    def _on_removal(self, now: int, row: str, column: str, old: str, updates: Mapping[str, str | None]) -> str | None:
+        """A holder record ended (released or revoked, by its end record): its owner, if well-formed."""
+        record = _holder(old)
+        if record is None:
+            return None
+        self._holder_removed[record.owner] = now
+        end = EndRecord.decode(updates.get(ended_column_for(column)))
+        how = end.how if end is not None and end.ends(record.token, record.owner) else "deleted"
+        self._removed_how[record.owner] = how
+        self._token_end[(row, record.token)] = (how, now)
+        self._timeline.setdefault(row, []).append((now, column, None))
+        self.sim.record("holder_gone", lock=row, owner=record.owner, how=how)
+        return record.owner
+
+    def _on_grant(
+        self,
+        now: int,
+        lock_id: str,
+        raw: str,
+        fence: str | None,
+        column: str = HOLDER_COLUMN,
+        *,
+        look_real: int | None = None,
+    ) -> None:
+        """``look_real``: a hand-over's deciding look (the releaser's read), in real time."""
         record = _holder(raw)
         if record is None:
             self.violation("fencing", f"{lock_id}: a grant wrote a malformed holder record {raw[:80]!r}")
@@ -216,7 +246,7 @@ class Checkers:
                 f"{lock_id}: grant to {record.owner} issued token {token} (record {record.token}) after {last}",
             )
         self._last_token[lock_id] = max(last, token)
-        grant = _Grant(now, record.owner, record.token, record.ticket, column)
+        grant = _Grant(now, record.owner, record.token, record.ticket, column, look_real)
         self._grants.setdefault(lock_id, []).append(grant)
         self._granted_owner[record.owner] = grant
         self._last_renewal[record.owner] = now
@@ -302,6 +332,9 @@ class Checkers:
             self.ops[primitive] = self.ops.get(primitive, 0) + 1
         process = client.process
         look = None if lock.looked_at is None else process.real_at_monotonic(lock.looked_at)
+        handed = self._granted_owner.get(lock.owner)
+        if look is None and handed is not None and handed.token == lock.fencing_token:
+            look = handed.look_real  # handed over: FIFO is judged by the releaser's read
         state = HolderState(
             op, lock_id, lock, process, lock.fencing_token, lock.ticket, self.sim.world.now, look, mode=mode
         )
@@ -692,6 +725,12 @@ class Checkers:
                             f"{(state.look_real - written) / NS:.6f}s before that grant's look), granted "
                             f"{later.token} later",
                         )
+
+
+def _handed_over(old: str, new: str) -> bool:
+    """A compare-and-set from one holder record to another owner's handed-over record."""
+    before, after = _holder(old), _holder(new)
+    return before is not None and after is not None and after.cell != 0 and after.owner != before.owner
 
 
 def _holder(raw: str | None) -> HolderRecord | None:

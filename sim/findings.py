@@ -6,6 +6,9 @@ Six broken promises found by review of the code landed before issues 22–24 cou
 nothing is scripted: :func:`hunt` runs fresh seeds of an ordinary search profile until one of them
 reports the finding's kind of violation, and says how many seeds and CPU-seconds that took
 (``python -m sim --finding NAME``; ``tests/sim/test_findings.py``; the table in BENCHMARKS.md).
+
+Two more entries are not review findings but the known broken variants of issue 27's one-round
+hand-over (a release that grants the next in line): the search must catch those too.
 """
 
 from __future__ import annotations
@@ -128,6 +131,37 @@ def _restore_22_3() -> None:
     scenario.schedule_clock = wall_seconds
 
 
+# -- issue 27: a contended hand-over in one Paxos round -------------------------------------------------
+# Not review findings: the two known ways to get the one-round hand-over wrong, kept so that the
+# search is shown to catch them.
+
+
+def _restore_27_second_in_line() -> None:
+    """The release hands the lock to the cell right behind the releaser's own (its head read starts
+    at its own ticket), not to the first in queue order: a cell with a ticket below the holder's
+    (enqueued while the holder's overlapped look could not see it) is overtaken."""
+    from lockclient import fairqueue
+    from lockclient.store import Table
+    from lockclient.store.base import ReadRow
+
+    def behind_me(lock_id: str, start: str, own_ticket: str) -> ReadRow:
+        return ReadRow(Table.QUEUE, lock_id, own_ticket, limit=2)
+
+    fairqueue._head_read = behind_me
+
+
+def _restore_27_dated_from_the_look() -> None:
+    """A lock handed over is dated from the look that found it, not from the waiter's write of the
+    queue-cell version the releaser read: leasewatch may have started timing the record long before."""
+    from lockclient import fairqueue
+    from lockclient.lease import HolderRecord, WaiterLease
+
+    def from_the_look(waiter: WaiterLease, record: HolderRecord, looked_at: float) -> float | None:
+        return looked_at
+
+    fairqueue._adopted_since = from_the_look
+
+
 FINDINGS: dict[str, Finding] = {
     "fast-clock-drags-global-time": Finding(
         22,
@@ -176,6 +210,22 @@ FINDINGS: dict[str, Finding] = {
         ("liveness", "errors"),
         _restore_23_3,
         "WriteFailure/ServerError/Overloaded classified as plain errors, and take() settling only 'unavailable'",
+    ),
+    "handover-to-the-second-in-line": Finding(
+        27,
+        "a release hands the lock to the waiter right behind the holder, over a cell ahead of the holder's",
+        "mixed",
+        ("fifo",),
+        _restore_27_second_in_line,
+        "the releaser's head read starting at its own ticket",
+    ),
+    "handover-dated-from-the-look": Finding(
+        27,
+        "a lock handed over is dated from the look that found it",
+        "leases",
+        ("lease",),
+        _restore_27_dated_from_the_look,
+        "the adopted lease dated from the waiter's look, not from its queue-cell write",
     ),
 }
 

@@ -107,6 +107,8 @@ class Stats:
     stale_writes: int = 0
     now_reads: int = 0
     faults: int = 0
+    handovers: int = 0
+    """Locks handed over in one Paxos round: a release's compare-and-set that granted the next."""
 
 
 class Simulation:

@@ -117,6 +117,8 @@ class Outcome:
     schedule: list[dict[str, Any]]
     ops: dict[str, int] = field(default_factory=dict)
     """Operations judged per primitive (sim.checkers.Checkers.ops)."""
+    handovers: int = 0
+    """Locks handed over by a release's compare-and-set (one Paxos round per hand-over)."""
 
 
 class SimHang(BaseException):
@@ -177,6 +179,7 @@ def run_seed(
         violations=violations,
         schedule=[asdict(e) for e in sim.nemesis.events or []],
         ops=dict(sim.checkers.ops),
+        handovers=sim.stats.handovers,
     )
     return outcome, sim
 

@@ -71,7 +71,14 @@ def assert_fifo_by_ticket(history: list[dict[str, Any]]) -> None:
     """What the fair queue promises (DESIGN.md §5): the lock goes to the earliest ticket among
     the queue cells the grant's look could see. So a grant to ticket t is a violation only if
     another contender's cell with a smaller ticket was already written when that look started,
-    and that contender was granted later."""
+    and that contender was granted later. A lock handed over by its holder's release (issue 27)
+    was decided by the releaser's read of the queue's head: that is its look (CLOCK_MONOTONIC is
+    one clock for the processes of one machine)."""
+    handed_reads = {h["handed_to"]: h["handed_read"] for h in history if h.get("handed_to")}
+    for h in history:
+        if h["looked"] is None and h["ticket"] in handed_reads:
+            h["looked"] = handed_reads[h["ticket"]]
+    assert all(h["looked"] is not None for h in history), "a grant whose deciding read is unknown"
     by_grant = sorted(history, key=lambda h: h["granted"])
     for i, granted in enumerate(by_grant):
         for later in by_grant[i + 1 :]:

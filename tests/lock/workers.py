@@ -62,6 +62,10 @@ def contend(
         held_until = min(time.monotonic(), lock.valid_until)
         lost = lock.lost.is_set()
         released = lock.release()
+        # A release that handed the lock over (issue 27): to whom, and when its read of the queue's
+        # head began — the deciding look of that grant, whose new holder has no looked_at of its own.
+        handed = lock._lease.handed_to
+        handed_read = lock._lease.handed_read_at
         history.append(
             {
                 "pid": os.getpid(),
@@ -78,6 +82,8 @@ def contend(
                 "round_trips": lock.round_trips,
                 "stale": stale,
                 "lost": lost or not released,
+                "handed_to": None if handed is None else handed.ticket,
+                "handed_read": None if handed_read is None or handed is None else int(handed_read * ns),
             }
         )
     Path(out_dir, f"history-{os.getpid()}.json").write_text(json.dumps(history))
