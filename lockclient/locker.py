@@ -661,7 +661,12 @@ class RemoteLocker:
             lock_id, timeout, max_hold, blocking=blocking, min_hold=min_hold, label=label, payload=payload
         )
         if isinstance(outcome, BaseException):
-            raise outcome
+            try:
+                raise outcome
+            finally:
+                # The error's traceback holds this frame: without the `del`, the frame would hold
+                # the error in turn, a reference cycle per LockTimeout left to the collector.
+                del outcome
         return outcome
 
     async def _aacquisition(
