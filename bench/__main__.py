@@ -78,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=int, default=1, help="asyncio benchmark: measurements per code version (default 1)"
     )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="asyncio benchmark: also measure this tree with gc.freeze() called after start-up, in the same rounds",
+    )
     parser.add_argument("--only-n", type=int, default=None, help="scale benchmark: only the points with this N")
     parser.add_argument(
         "--store-url",
@@ -189,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.which in ("all", "asyncio"):
         from bench import aio
 
-        aio.run(quick=args.quick, against_python=args.against_python, rounds=max(1, args.rounds))
+        aio.run(
+            quick=args.quick, against_python=args.against_python, rounds=max(1, args.rounds), gc_freeze=args.gc_freeze
+        )
     if args.which in ("all", "startup"):
         from bench import startup
 

@@ -25,6 +25,14 @@ object takes (a full one: the whole process). Each phase reports its full (gener
 collections and the longest, and the loop CPU between ticks less the collections' own CPU time —
 what chronolock's code did in one stretch.
 
+The heap: the objects CPython's collector tracks, counted (``gc.get_objects()``) before the
+enqueue and once all N wait — per waiting acquisition, the application's own task and coroutine
+included — and one full collection run by hand then (its CPU time: what any full collection costs
+while they wait). Both between phases, never inside one. ``--gc-freeze`` measures this tree a second
+time with ``gc.freeze()`` called after start-up (imports, the locker and its store made): the
+start-up heap is then left out of every later collection (advice for applications, never done by
+the library).
+
 Each measurement runs in a child process (``python bench/aio.py --child``, run as a script so
 that ``lockclient`` is the interpreter's own). ``--against-python PATH`` measures another
 interpreter's installed ``lockclient`` too (an older checkout's ``.venv/bin/python``), alternating
@@ -145,14 +153,21 @@ def _store_ops() -> float:
     return total
 
 
-async def _measure(n: int, store_url: str) -> dict[str, Any]:
+async def _measure(n: int, store_url: str, gc_freeze: bool = False) -> dict[str, Any]:
     from lockclient import LockTimeout, RemoteLocker, open_store
 
     threads_before = threading.active_count()
     ticker = Ticker()
     tick = asyncio.create_task(ticker.run())
     phases: dict[str, dict[str, Any]] = {}
+    heap: dict[str, Any] = {}
     locker = RemoteLocker(open_store(store_url), lease=10, owns_store=True)
+    if gc_freeze:
+        # After start-up: the modules, the locker, its store — what an application has made by the
+        # time it serves. (gc.collect() first, as the documentation of gc.freeze() advises.)
+        gc.collect()
+        gc.freeze()
+    heap["frozen"] = gc.get_freeze_count()
     try:
         phases["baseline"] = {}
         with ticker.phase(phases["baseline"]):
@@ -179,6 +194,7 @@ async def _measure(n: int, store_url: str) -> dict[str, Any]:
             async with await locker.aget_lock("one", timeout=300) as lock:
                 finished.append(lock.ticket)
 
+        tracked_before = len(gc.get_objects())
         phases["enqueue"] = {}
         with ticker.phase(phases["enqueue"]):
             tasks = [asyncio.create_task(waiter(i)) for i in range(n)]
@@ -201,6 +217,11 @@ async def _measure(n: int, store_url: str) -> dict[str, Any]:
         phases["waiting"]["store_ops_per_s"] = round((_store_ops() - ops_before) / phases["waiting"]["seconds"])
         phases["waiting"]["to_thread_ms"] = _summary(latencies)
         assert not finished, "a waiter was granted while the lock was held"
+        # Between phases: the heap while all N wait, and what one full collection of it costs.
+        tracked = len(gc.get_objects())
+        heap["tracked"] = tracked
+        heap["per_waiter"] = round((tracked - tracked_before) / n, 1)
+        heap["full_gc_ms"] = round(_full_collection_cpu() * 1000, 1)
 
         phases["hand-over"] = {}
         with ticker.phase(phases["hand-over"]):
@@ -238,16 +259,46 @@ async def _measure(n: int, store_url: str) -> dict[str, Any]:
     finally:
         tick.cancel()
         await asyncio.to_thread(locker.close)
-    return {"n": n, "threads_before": threads_before, "threads_max": ticker.threads_max, "phases": phases}
+    return {
+        "n": n,
+        "threads_before": threads_before,
+        "threads_max": ticker.threads_max,
+        "phases": phases,
+        "heap": heap,
+    }
 
 
-def _child(n: int, out: Path) -> None:
+def _full_collection_cpu() -> float:
+    """The CPU time of one full collection in this thread. ``gc.collect()`` returns at once, having
+    collected nothing, while another thread is collecting (a store worker's allocation triggered
+    one): then it is tried again, up to 20 times, and NaN if it never ran here."""
+    ran: list[float] = []
+    me = threading.get_ident()
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if threading.get_ident() == me and phase == "stop" and info["generation"] == 2:
+            ran.append(time.thread_time())
+
+    gc.callbacks.append(on_gc)
+    try:
+        for _ in range(20):
+            cpu = time.thread_time()
+            gc.collect()
+            if ran:
+                return ran[0] - cpu
+            time.sleep(0.001)
+    finally:
+        gc.callbacks.remove(on_gc)
+    return math.nan
+
+
+def _child(n: int, out: Path, gc_freeze: bool) -> None:
     """One measurement, in this process, with whatever ``lockclient`` this interpreter has."""
     import lockclient
 
     with tempfile.TemporaryDirectory(prefix="chronolock-bench-asyncio-") as tmp:
         load_before = os.getloadavg()[0]
-        result = asyncio.run(_measure(n, f"sqlite:///{Path(tmp) / 'cells.db'}"))
+        result = asyncio.run(_measure(n, f"sqlite:///{Path(tmp) / 'cells.db'}", gc_freeze))
         result["load_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     result["lockclient"] = str(Path(lockclient.__file__).parent)
     out.write_text(json.dumps(result))
@@ -272,29 +323,33 @@ def _code_label(python: str) -> str:
     return f"{label}+changes" if dirty.stdout.strip() else label
 
 
-def _measure_with(python: str, n: int) -> dict[str, Any]:
+def _measure_with(python: str, n: int, gc_freeze: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="chronolock-bench-asyncio-run-") as tmp:
         out = Path(tmp) / "result.json"
         # Run as a script from a neutral directory: `lockclient` is then the interpreter's own.
-        subprocess.run([python, str(Path(__file__).resolve()), "--child", str(n), str(out)], check=True, cwd=tmp)
+        command = [python, str(Path(__file__).resolve()), "--child", str(n), str(out)]
+        subprocess.run([*command, "--gc-freeze"] if gc_freeze else command, check=True, cwd=tmp)
         return dict(json.loads(out.read_text()))
 
 
-def run(*, quick: bool = False, against_python: str | None = None, rounds: int = 1) -> None:
+def run(*, quick: bool = False, against_python: str | None = None, rounds: int = 1, gc_freeze: bool = False) -> None:
     from bench.common import machine_info, markdown_table, write_results
 
     n = 200 if quick else 1000
-    pythons = [sys.executable] + ([against_python] if against_python else [])
-    labels = [f"this tree ({_code_label(sys.executable)})"] + (
-        [f"{_code_label(against_python)} ({against_python})"] if against_python else []
-    )
+    this = f"this tree ({_code_label(sys.executable)})"
+    variants = [(sys.executable, this, False)]
+    if gc_freeze:
+        variants.append((sys.executable, f"{this}, gc.freeze() after start-up", True))
+    if against_python:
+        variants.append((against_python, f"{_code_label(against_python)} ({against_python})", False))
+    labels = [label for _, label, _ in variants]
     print(f"[bench asyncio] {n} aget_lock waiters on one lock, one event loop, embedded store: {labels}", flush=True)
     info = machine_info()
     runs: list[dict[str, Any]] = []
     for round_no in range(rounds):
-        for python, label in zip(pythons, labels, strict=True):
+        for python, label, freeze in variants:
             print(f"[bench asyncio] round {round_no + 1}: {label}", flush=True)
-            result = _measure_with(python, n)
+            result = _measure_with(python, n, freeze)
             result["code"] = label
             result["round"] = round_no + 1
             runs.append(result)
@@ -335,6 +390,11 @@ def run(*, quick: bool = False, against_python: str | None = None, rounds: int =
             timeout_rows.append(
                 [name, tag, phase["timed_out"], late["p50"], late["p99"], late["max"], phase["cleaned_up_s"]]
             )
+    heap_rows = []
+    for result in runs:
+        tag = f"{result['code']}, round {result['round']}" if rounds > 1 else result["code"]
+        heap = result.get("heap", {})
+        heap_rows.append([tag, *(heap.get(key, math.nan) for key in ("frozen", "tracked", "per_waiter", "full_gc_ms"))])
     for result in runs:
         waiting, handover = result["phases"]["waiting"], result["phases"]["hand-over"]
         tag = f"{result['code']}, round {result['round']}" if rounds > 1 else result["code"]
@@ -357,7 +417,7 @@ def run(*, quick: bool = False, against_python: str | None = None, rounds: int =
             "the longest (CPU ms). "
             + (
                 "The code versions ran alternately in one invocation, each in a process of its own."
-                if len(pythons) > 1
+                if len(variants) > 1
                 else ""
             ),
             markdown_table(
@@ -389,6 +449,16 @@ def run(*, quick: bool = False, against_python: str | None = None, rounds: int =
                 ],
                 timeout_rows,
             ),
+            markdown_table(
+                [
+                    f"heap while {n} wait",
+                    "frozen (gc.freeze)",
+                    "tracked objects",
+                    "per waiting acquisition",
+                    "one full collection, CPU ms",
+                ],
+                heap_rows,
+            ),
             "\n".join(notes),
         ]
     )
@@ -398,5 +468,6 @@ def run(*, quick: bool = False, against_python: str | None = None, rounds: int =
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="one asyncio measurement (run by bench asyncio)")
     parser.add_argument("--child", nargs=2, metavar=("N", "OUT"), required=True)
+    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after start-up")
     args = parser.parse_args()
-    _child(int(args.child[0]), Path(args.child[1]))
+    _child(int(args.child[0]), Path(args.child[1]), args.gc_freeze)

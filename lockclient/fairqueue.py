@@ -259,8 +259,10 @@ class FairQueue:
             return None  # listing 7, line 1: held or awaited; do not even enqueue
         while True:
             waiter, first_look = self._enqueue(attempt, self._guess(attempt.lock_id))
+            looks = [first_look]
+            del first_look  # (held by the list alone, which the wait empties: see _look_and_wait)
             try:
-                turn = self._wait_turn(attempt, waiter, first_look)
+                turn = self._wait_turn(attempt, waiter, looks)
             except BaseException:
                 self._withdraw(store, waiter)
                 raise
@@ -397,40 +399,35 @@ class FairQueue:
             )
         self.s.announce(held.lock_id, released=held.owner)
 
-    def _wait_turn(self, attempt: Acquisition, waiter: WaiterLease, first_look: _Look) -> HeldLease | _Turn:
-        """Listing 6 (blocking) / 7 (not): look, take when first and free, else wait."""
+    def _wait_turn(self, attempt: Acquisition, waiter: WaiterLease, looks: list[_Look]) -> HeldLease | _Turn:
+        """Listing 6 (blocking) / 7 (not): look, take when first and free, else wait. ``looks``:
+        the first look, in a list that the wait empties (see :meth:`_look_and_wait`)."""
         waiting = _Waiting(self.s, attempt)
         try:
-            return self._look_and_wait(attempt, waiter, waiting, first_look)
+            return self._look_and_wait(attempt, waiter, waiting, looks)
         finally:
             waiting.close()
 
     def _look_and_wait(
-        self, attempt: Acquisition, waiter: WaiterLease, waiting: _Waiting, first_look: _Look
+        self, attempt: Acquisition, waiter: WaiterLease, waiting: _Waiting, looks: list[_Look]
     ) -> HeldLease | _Turn:
+        # What this frame holds while it waits is held once per waiting acquisition — a thousand
+        # waiters of one process, each walked by every full collection of CPython's collector
+        # (issue 25): no closure (its cells, its function), and no look's cells once they are
+        # judged — the first look is taken out of `looks` (its callers keep no other reference),
+        # and the cells of each look are dropped before the wait. Only what the wake-up needs
+        # (the fencing counter the look read, when it started) stays.
         store, lock_id, ticket = attempt.store, attempt.lock_id, waiter.ticket
         handshake_done = False
         next_after_holder = False
         contended = False
         delay = self.s.poll_min
         last: tuple[Watch, str | None] | None = None
-        look: _Look | None = first_look
-        unsettled = first_look.unsettled
-        speculative = first_look.speculative
+        look: _Look | None = looks.pop()
+        assert look is not None
+        unsettled = look.unsettled
+        speculative = look.speculative
         hand_over: _HandOver | None = None
-
-        def settle() -> None:
-            # Before we wait, the enqueue must be done: global time surely past our ticket, so a
-            # contender that starts after this takes a larger one (Spanner's commit wait; at most
-            # the round trip of the best recent /now answer, overlapped with the queue write).
-            # A contender granted on its first look never waits for it: nobody can overtake a
-            # holder, so whether a later contender's ticket sorts below ours decides nothing — it
-            # waits for our release like any other (the commit wait cost an uncontended embedded
-            # acquisition 2 ms of its 2.3; issue 9).
-            nonlocal unsettled
-            if unsettled is not None:
-                value, unsettled = unsettled, None
-                attempt.io(lambda: settle_ticket_time(self.s.clock, value))
 
         while True:
             seen = self.s.signals.generation(lock_id)
@@ -442,8 +439,7 @@ class FairQueue:
                     return held
             if look is None:
                 start = self.s.watermarks.start(lock_id, ticket)
-                (cells, row), looked_at = self._stamped(attempt, partial(self._look, store, lock_id, start, ticket))
-                look = _Look(cells, row, looked_at, overlapped=False)
+                look = self._look_again(attempt, store, lock_id, start, ticket)
             mine_and_before, row, looked_at = look.cells, look.row, look.looked_at
             overlapped, look = look.overlapped, None
             _, proposed = self.s.watermarks.observe(lock_id, row)
@@ -453,12 +449,13 @@ class FairQueue:
                 # watermark proposal above our ticket; otherwise give it back before anyone saw it
                 # and carry on as a waiter, from a look that starts after our cell is written.
                 held, speculative = speculative, None
-                before_us = [cell for cell in mine_and_before if cell.column != ticket]
-                if not before_us and ticket_time(ticket) >= proposed:
+                nobody_before_us = all(cell.column == ticket for cell in mine_and_before)
+                if nobody_before_us and ticket_time(ticket) >= proposed:
                     held.enqueued_at, held.looked_at = waiter.enqueued_at, looked_at
                     held.proposal_seen = row.get(PROPOSED)
                     return held
                 self._give_back(store, held)
+                del held  # (not kept through the waits to come)
                 continue
             # Handed over to us by the release of the holder ahead (before the handshake too: the
             # hand-over expected a proposal our ticket is not below).
@@ -538,8 +535,19 @@ class FairQueue:
             if parked_left is not None:
                 delay = min(delay, max(parked_left, self.s.poll_min))
             attempt.check()
-            settle()
+            if unsettled is not None:
+                # Before we wait, the enqueue must be done: global time surely past our ticket, so a
+                # contender that starts after this takes a larger one (Spanner's commit wait; at most
+                # the round trip of the best recent /now answer, overlapped with the queue write).
+                # A contender granted on its first look never waits for it: nobody can overtake a
+                # holder, so whether a later contender's ticket sorts below ours decides nothing — it
+                # waits for our release like any other (the commit wait cost an uncontended embedded
+                # acquisition 2 ms of its 2.3; issue 9).
+                value, unsettled = unsettled, None
+                attempt.io(partial(settle_ticket_time, self.s.clock, value))
             local = owner_host(ahead) == self.s.runtime.host()
+            fence, proposal = row.get(FENCE_COLUMN), row.get(PROPOSED)
+            del mine_and_before, row, predecessor  # (see the top of this method)
             woken = waiting.wait(watch, delay * self.s.runtime.uniform(0.5, 1.0), seen, local=local)
             handed_over = woken and handshake_done and next_after_holder
             if handed_over and holder is not None and ahead == _holder_owner(holder):
@@ -547,7 +555,11 @@ class FairQueue:
                 # us): then we adopt it instead of granting ourselves (a grant of our own would be
                 # refused, a Paxos round lost).
                 adopt = waiter.record.adopts and _hands_over(holder)
-                hand_over = _HandOver(row.get(FENCE_COLUMN), looked_at, row.get(PROPOSED), adopt)
+                hand_over = _HandOver(fence, looked_at, proposal, adopt)
+
+    def _look_again(self, attempt: Acquisition, store: CellStore, lock_id: str, start: str, ticket: str) -> _Look:
+        (cells, row), looked_at = self._stamped(attempt, partial(self._look, store, lock_id, start, ticket))
+        return _Look(cells, row, looked_at, overlapped=False)
 
     def _take_handed_over(
         self, attempt: Acquisition, waiter: WaiterLease, hand_over: _HandOver
@@ -1029,7 +1041,9 @@ class _Waiting:
                 if waker.watch_in_background(lock_id, watch, cap, listener.wake):
                     backoff = max(backoff, cap)
             elif cap > 0 and attempt.io(
-                lambda: waker.wait_for_change(lock_id, watch, cap if attempt.cancel is None else 0.5)
+                # (A partial, not a lambda: a lambda here made its every captured name a cell in
+                # each call of this method, five objects per waiting acquisition for the collector.)
+                partial(waker.wait_for_change, lock_id, watch, cap if attempt.cancel is None else 0.5)
             ):
                 return True
         if remaining is not None:

@@ -655,6 +655,36 @@ class RemoteLocker:
         label: str = "",
         payload: str = "",
     ) -> RemoteLock | None:
+        # The outcome's error is raised here, not where it was decided: an exception's traceback
+        # keeps every frame it passed through alive with all their locals, and the frame below
+        # holds the whole acquisition (its run, its state, the run's own error and that error's
+        # frames) — ~60 objects for the collector per LockTimeout an application keeps (logs
+        # later, stores in a result). This frame holds the arguments only.
+        outcome = await self._aacquisition(
+            lock_id, timeout, max_hold, blocking=blocking, min_hold=min_hold, label=label, payload=payload
+        )
+        if isinstance(outcome, BaseException):
+            try:
+                raise outcome
+            finally:
+                # The error's traceback holds this frame: without the `del`, the frame would hold
+                # the error in turn, a reference cycle per LockTimeout left to the collector.
+                del outcome
+        return outcome
+
+    async def _aacquisition(
+        self,
+        lock_id: str,
+        timeout: float | None,
+        max_hold: float | None,
+        *,
+        blocking: bool,
+        min_hold: float | None,
+        label: str,
+        payload: str,
+    ) -> RemoteLock | BaseException | None:
+        """:meth:`_aacquire`'s work: the lock, None (not blocking, busy), or the error to raise
+        (never raised here but on cancellation)."""
         import asyncio
 
         from lockclient.runtime.aio import AsyncioRuntime, _Run
@@ -667,7 +697,7 @@ class RemoteLocker:
         # waits here, a future, until it is let in — or told its deadline passed first, having done
         # nothing that needs undoing.
         if admission is not None and not await admission:
-            raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
+            return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
         # The acquisition runs in a greenlet driven by callbacks (lockclient.runtime.aio, _Run),
         # not by a task: its first step, and every step after a wait, takes its turn at the loop's
         # pacer — a burst of a thousand calls comes onto the loop in slices. It learns of the
@@ -680,13 +710,16 @@ class RemoteLocker:
             runtime, state.acquire, on_cancel=cancel.set, progress=state.progress, on_done=state.finished
         )
         result = run.result
-        timer: asyncio.TimerHandle | None = None
+        deadlines = runtime.deadlines
+        expiry: int | None = None
         if deadline is not None:
-            # The deadline's wake-up takes its turn at the pacer too (a thousand deadlines that
-            # fall together wake their callers a slice at a time, not all in one iteration).
-            timer = loop.call_at(
-                loop.time() + max(0.0, deadline - runtime.monotonic()), runtime.pacer.wake, state.notify
-            )
+            # The deadline is an entry in the loop's one deadline heap, not a timer of its own, and
+            # its wake-up takes its turn at the pacer (a thousand deadlines that fall together wake
+            # their callers a slice at a time, not all in one iteration). The run leaves its
+            # deadline to it: a wait of its that would last until the deadline sets no timer —
+            # this coroutine sets `cancel` once the deadline has passed (below), which ends it.
+            expiry = deadlines.add(deadline, state)
+            run.deadline, run.deadline_event = deadline, cancel
         runtime.start(run)
         try:
             await state.notice
@@ -699,24 +732,22 @@ class RemoteLocker:
                 # still grant it the lock: LockTimeout now, its clean-up in the background — not
                 # after it had its turn on the loop behind a thousand others whose deadlines fell
                 # at the same moment.
-                assert deadline is not None
+                assert deadline is not None and expiry is not None
                 state.notice = loop.create_future()
-                timer = loop.call_at(
-                    loop.time() + max(0.0, deadline + TIMEOUT_GRACE_S - runtime.monotonic()),
-                    runtime.pacer.wake,
-                    state.notify,
-                )
+                deadlines.discard(expiry)
+                expiry = deadlines.add(deadline + TIMEOUT_GRACE_S, state)
                 await state.notice
             if result.done():
                 if result.cancelled():  # (only a drop cancels it, and only below)
-                    raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
-                return result.result()
+                    return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
+                error = result.exception()
+                return result.result() if error is None else error
             state.abandoned = True
             cancel.set()
             if run.drop():
                 # Its first turn never came: nothing was written, nothing to clean up.
-                raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
-            raise LockTimeout(
+                return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
+            return LockTimeout(
                 "timed out waiting for the lock (its clean-up finishes in the background)", lock_id=lock_id
             )
         except asyncio.CancelledError:
@@ -735,8 +766,8 @@ class RemoteLocker:
                 await asyncio.wait([result])
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            if expiry is not None:
+                deadlines.discard(expiry)
 
     def status(self, lock_id: str) -> LockStatus:
         """Holder, fencing token, queue in order and leases of one lock (linearizable lease row)."""
@@ -1152,11 +1183,7 @@ class RemoteLocker:
         store: CellStore = self.store
         wakeups: Wakeups | None = None
         if runtime is not None and runtime.name == "asyncio":
-            from lockclient.runtime.aio import AioWakeups, AsyncioRuntime, BlockingStore
-
-            assert isinstance(runtime, AsyncioRuntime)
-            store = BlockingStore(store, runtime)
-            wakeups = AioWakeups(self._services.wakeups, runtime)
+            store, wakeups = self._loop_adapters(runtime)
         attempt = Acquisition(
             lock_id=lock_id,
             store=CountingStore(store, counts),
@@ -1193,6 +1220,17 @@ class RemoteLocker:
         finally:
             metrics.ACQUIRE_SECONDS.labels(self.algorithm, outcome).observe(self.runtime.monotonic() - started)
             metrics.STORE_OPS_PER_ACQUISITION.labels(self.algorithm, outcome).observe(counts.total)
+
+    def _loop_adapters(self, runtime: Runtime) -> tuple[CellStore, Wakeups]:
+        """The store and the wake-ups as ``runtime``'s event loop waits for them, one pair per loop.
+        (A method of its own: a closure in :meth:`_acquire` would put a cell per captured name in
+        every waiting acquisition's frame.)"""
+        from lockclient.runtime.aio import AioWakeups, AsyncioRuntime, BlockingStore
+
+        assert isinstance(runtime, AsyncioRuntime)
+        return runtime.adapters(
+            self, lambda: (BlockingStore(self.store, runtime), AioWakeups(self._services.wakeups, runtime))
+        )
 
     def _release(self, lock: RemoteLock) -> bool:
         lease = lock._lease

@@ -24,15 +24,20 @@ loop for 287–563 ms at a time, and 1,000 deadlines falling together made every
   slices. Waking a run is a callback, not a task step: a task per acquisition woke 900 tasks in
   one iteration only for each to find it had to wait for its turn (15–20 ms of the loop).
 - *Deadlines are delivered in slices too, ahead of every step*: a thousand ``LockTimeout`` raised
-  in one iteration were a thousand task steps of the application's at once.
+  in one iteration were a thousand task steps of the application's at once. And they are one
+  heap per loop under a single asyncio timer (:class:`_Deadlines`), which the runs leave their
+  deadline to: a timer per caller, and one per run's wait capped at the same moment, were ~1,250
+  callbacks that asyncio ran in one iteration when 1,000 deadlines fell together.
 - *Each store call cost the loop a ``concurrent.futures`` future, a chained asyncio future, a
   shield and a wake-up of the loop's self-pipe*. :class:`_BlockingPool` hands a call to a worker
   with one queue put, and the workers hand the outcomes back in batches: one loop wake-up for
   all the calls that finished meanwhile.
 
 What no runtime can bound: CPython's full garbage collections, which stop the loop for as long
-as walking every tracked object of the process takes — 1,000 waiters are ~100,000 objects of
-chronolock's (``python -m bench asyncio`` reports the collections apart, BENCHMARKS.md).
+as walking every tracked object of the process takes. So a waiting acquisition keeps few of them
+(~60 with its caller's task, from ~120: no task, no closures, no look's cells, no timer or
+context copy of its own; ``python -m bench asyncio`` reports them and the collections apart,
+BENCHMARKS.md).
 
 Leases are renewed by the locker's keeper on its own threads (:mod:`lockclient.keeper`), as for
 the synchronous API: the two meet only through thread-safe, non-blocking calls.
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import heapq
 import math
 import os
 import queue
@@ -105,6 +111,8 @@ with the benchmark's handling, took ~14 ms in one iteration on this machine at l
 
 class _Bridge(greenlet):
     """A greenlet driven by a :class:`_Run`: the only place a runtime wait may happen."""
+
+    __slots__ = ("driver",)  # (else an instance dict per waiting acquisition, for the collector)
 
     driver: _Run[Any]
 
@@ -183,6 +191,8 @@ class _Run(Generic[T]):
         "_tracked",
         "_waiting_on",
         "_wrapped",
+        "deadline",
+        "deadline_event",
         "name",
         "on_cancel",
         "on_done",
@@ -219,6 +229,12 @@ class _Run(Generic[T]):
         self._wrapped = False
         self._if_cancelled: object = _RAISE
         self._interrupt: BaseException | None = None
+        self.deadline: float | None = None
+        """With :attr:`deadline_event`: the caller sets that event once this ``time.monotonic()``
+        deadline has passed (``aget_lock``: its caller's LockTimeout, or the cancellation before
+        it), so a wait that the event interrupts and that would last until the deadline anyway
+        needs no timer of its own (:func:`_ended_by_deadline`)."""
+        self.deadline_event: Event | None = None
 
     @property
     def started(self) -> bool:
@@ -338,7 +354,9 @@ class _Run(Generic[T]):
             self._wrapped = True
         self._waiting_on = waited
         self._state = _WAITING
-        waited.add_done_callback(self._woken)
+        # In the runtime's own empty context, not a copy of whatever context this step runs in:
+        # one Context object less per waiting run (the greenlet runs in its own context anyway).
+        waited.add_done_callback(self._woken, context=self._runtime.quiet_context)
         if self._interrupt is not None and not waited.done():
             exc, self._interrupt = self._interrupt, None
             self._interrupt_wait(exc)
@@ -476,6 +494,8 @@ class _Pacer:
         self._slice_started = clock()
         self._spent = 0.0
         """Measured step time since the slice started (the rest of the interval is other work)."""
+        self._context = contextvars.Context()
+        """The slices' own (empty) context: not a copy of whoever made the slice due."""
 
     def ready(self, run: _Stepper) -> None:
         """``run`` may take a step: now if nobody is in line and the slice has room (and we are
@@ -536,7 +556,7 @@ class _Pacer:
     def _due(self) -> None:
         if not self._slice_due:
             self._slice_due = True
-            self._loop.call_soon(self._next_slice)
+            self._loop.call_soon(self._next_slice, context=self._context)
 
     def _next_slice(self) -> None:
         self._slice_due = False
@@ -594,6 +614,151 @@ class _Pacer:
                 self._due()
 
 
+class _Expiring(Protocol):
+    """What a deadline wakes: an ``aget_lock`` caller (its state object)."""
+
+    def notify(self) -> None:
+        """The deadline has passed: wake the caller (it decides what that means)."""
+        ...
+
+
+COMPACT_AT = 64
+"""A deadline heap holding more than this, over half of them withdrawn, is rebuilt."""
+
+
+class _Deadlines:
+    """Every ``aget_lock`` deadline of one loop in one heap, under a single asyncio timer.
+
+    A deadline used to be an asyncio timer of its own, and the run waiting for the lock had a
+    second one, capped at the same moment (its wait's timeout is ``min(back-off, remaining)``):
+    asyncio runs every timer that is due in one loop iteration, and when 1,000 deadlines fell
+    together ~1,250 callbacks ran in that one iteration — chronolock's longest stretch on the loop
+    (17 ms, issue 25). Here the loop holds one timer, for the earliest deadline; when it fires,
+    the deadlines that are due go to the pacer's wake-up line (:meth:`_Pacer.wake`, served first
+    in every slice, a slice's worth per iteration), at most ``slice_s`` of this thread's CPU per
+    iteration spent taking them off the heap — the rest are taken in the next iteration. The runs
+    leave their deadline to it: their waits set no timer for it (:func:`_ended_by_deadline`).
+
+    The heap holds ``(deadline, key)`` pairs — a float and an int, which CPython's collector stops
+    tracking — and :attr:`_waiting` the key's caller; :meth:`discard` (the caller got its answer
+    first) forgets the caller at once and leaves the pair, skipped when it comes up; the heap is
+    rebuilt when more than half of it is such pairs."""
+
+    def __init__(
+        self,
+        runtime: AsyncioRuntime,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        cpu: Callable[[], float] = time.thread_time,
+        slice_s: float = MAX_SLICE_S,
+    ) -> None:
+        self._runtime = runtime
+        self._loop = runtime.loop
+        self._clock = clock
+        self._cpu = cpu
+        self.slice_s = slice_s
+        self._heap: list[tuple[float, int]] = []
+        self._waiting: dict[int, _Expiring] = {}
+        self._next_key = 0
+        self._timer: asyncio.Handle | None = None
+        self._timer_at = math.inf
+        """When :attr:`_timer` fires (``clock`` time); ``-inf`` for a continuation due at once."""
+        self.timers_set = 0
+        """How many times an asyncio timer (or continuation) was scheduled: tests count it."""
+
+    def __len__(self) -> int:
+        """Deadlines not yet delivered nor discarded."""
+        return len(self._waiting)
+
+    @property
+    def armed(self) -> bool:
+        """The loop holds a timer (or a continuation) of ours."""
+        return self._timer is not None
+
+    def add(self, when: float, waiter: _Expiring) -> int:
+        """Call ``waiter.notify()`` through the pacer's wake-up line once ``clock()`` reaches ``when``;
+        returns the key for :meth:`discard`."""
+        key = self._next_key
+        self._next_key = key + 1
+        heapq.heappush(self._heap, (when, key))
+        self._waiting[key] = waiter
+        if when < self._timer_at:
+            self._arm()
+        return key
+
+    def discard(self, key: int) -> None:
+        """Forget a deadline (delivered or not: its caller has its answer)."""
+        if self._waiting.pop(key, None) is None:
+            return
+        heap = self._heap
+        if not self._waiting:
+            heap.clear()
+            self._disarm()
+        elif len(heap) > COMPACT_AT and len(heap) > 2 * len(self._waiting):
+            waiting = self._waiting
+            heap[:] = [entry for entry in heap if entry[1] in waiting]
+            heapq.heapify(heap)
+            # The timer stays: it fires at or before the earliest deadline left, and re-arms.
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = math.inf
+
+    def _arm(self) -> None:
+        """The timer for the earliest deadline left (none if there is none)."""
+        self._disarm()
+        heap, waiting = self._heap, self._waiting
+        while heap and heap[0][1] not in waiting:
+            heapq.heappop(heap)
+        if not heap:
+            return
+        when = heap[0][0]
+        loop = self._loop
+        delay = max(0.0, when - self._clock())
+        self._timer = loop.call_at(loop.time() + delay, self._fire, context=self._runtime.quiet_context)
+        self._timer_at = when
+        self.timers_set += 1
+
+    def _fire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        heap, waiting = self._heap, self._waiting
+        wake = self._runtime.pacer.wake
+        now = self._clock()
+        started = self._cpu()
+        taken = 0
+        while heap and heap[0][0] <= now:
+            _, key = heapq.heappop(heap)
+            waiter = waiting.pop(key, None)
+            if waiter is None:
+                continue  # discarded: its caller had its answer first
+            wake(waiter.notify)
+            taken += 1
+            if taken % 32 == 0 and self._cpu() - started >= self.slice_s:
+                # The rest in the next iteration: a heap of thousands is work on the loop too.
+                self._timer = self._loop.call_soon(self._fire, context=self._runtime.quiet_context)
+                self._timer_at = -math.inf
+                self.timers_set += 1
+                return
+        self._arm()
+
+
+def _ended_by_deadline(timeout: float, event: object) -> bool:
+    """Whether a wait of ``timeout`` seconds that ``event`` being set ends needs no timer: the
+    greenlet waiting is a run whose caller sets ``event`` once the run's deadline has passed
+    (:attr:`_Run.deadline_event`), and the wait would not end before that deadline anyway — its
+    timeout is the time remaining (the algorithm caps every wait there). The deadline's own
+    timer, one per loop (:class:`_Deadlines`), then ends it."""
+    if event is None:
+        return False
+    current = getcurrent()
+    if not isinstance(current, _Bridge):
+        return False
+    run = current.driver
+    return run.deadline_event is event and run.deadline is not None and time.monotonic() + timeout >= run.deadline
+
+
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -639,9 +804,14 @@ class _AioEvent:
             return True
         if timeout is not None and timeout <= 0:
             return False
-        loop = self._runtime.loop
+        runtime = self._runtime
+        loop = runtime.loop
         waiter: asyncio.Future[None] = loop.create_future()
-        timer = None if timeout is None else loop.call_later(timeout, _resolve, waiter)
+        timer = (
+            None
+            if timeout is None or _ended_by_deadline(timeout, self)
+            else loop.call_later(timeout, _resolve, waiter, context=runtime.quiet_context)
+        )
         self.add_waiter(waiter)
         try:
             _await(waiter, False)
@@ -900,13 +1070,21 @@ class AsyncioRuntime:
         self.loop_thread = threading.get_ident()
         """The thread that runs the loop (the one that called :meth:`current`)."""
         self.blocking = _BlockingPool(loop, BLOCKING_WORKERS, "chronolock-io")
+        self.quiet_context = contextvars.Context()
+        """An empty context for the runtime's own loop callbacks (timers, wake-ups), which read no
+        context variable: passing it saves the copy of the current context that asyncio makes for
+        every callback otherwise — an object per waiting acquisition for the collector to walk.
+        One per loop: a context may be entered by one thread at a time."""
         self.pacer = _Pacer(loop)
+        self.deadlines = _Deadlines(self)
+        """Every acquisition deadline of this loop, under one timer."""
         self._random = RandomPool()
         self._host = host_name()
         self._tasks: set[asyncio.Task[object]] = set()
         self._runs: set[_Run[Any]] = set()
         self._all_done: asyncio.Future[None] | None = None
         self._guardian: asyncio.Task[None] | None = None
+        self._adapters: weakref.WeakKeyDictionary[object, object] = weakref.WeakKeyDictionary()
 
     @classmethod
     def current(cls) -> AsyncioRuntime:
@@ -921,6 +1099,15 @@ class AsyncioRuntime:
                 runtime = _RUNTIMES[loop] = cls(loop)
         _LAST.runtime = runtime
         return runtime
+
+    def adapters(self, owner: object, make: Callable[[], T]) -> T:
+        """What ``owner`` (a locker) needs on this loop, made once by ``make()`` and kept while both
+        live — not anew for every acquisition (its store and wake-ups as the loop waits for them:
+        two more objects per waiting acquisition for the collector to walk)."""
+        made = self._adapters.get(owner)
+        if made is None:
+            made = self._adapters[owner] = make()
+        return cast(T, made)
 
     def start(self, run: _Run[T]) -> None:
         """Start ``run``, which no task awaits to the end: an acquisition whose caller may leave
@@ -976,7 +1163,7 @@ class AsyncioRuntime:
     def sleep(self, seconds: float) -> None:
         # A future and a timer, not asyncio.sleep (a coroutine would need a task of its own).
         waiter: asyncio.Future[None] = self.loop.create_future()
-        timer = self.loop.call_later(max(0.0, seconds), _resolve, waiter)
+        timer = self.loop.call_later(max(0.0, seconds), _resolve, waiter, context=self.quiet_context)
         try:
             _await(waiter, None)
         finally:
@@ -1194,15 +1381,20 @@ class _AioListener:
             loop = self._runtime.loop
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiter = waiter
-            timer = loop.call_later(timeout, _resolve, waiter)
             hooked = cancel if isinstance(cancel, _AioEvent) else None
+            timer = (
+                None
+                if _ended_by_deadline(timeout, hooked)
+                else loop.call_later(timeout, _resolve, waiter, context=self._runtime.quiet_context)
+            )
             if hooked is not None:
                 hooked.add_waiter(waiter)
             try:
                 _await(waiter, None)
             finally:
                 self._waiter = None
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
                 if hooked is not None:
                     hooked.remove_waiter(waiter)
         woken, self._woken = self._woken, False

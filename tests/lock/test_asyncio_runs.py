@@ -234,7 +234,8 @@ def test_a_call_whose_deadline_passes_before_it_is_let_in_touches_nothing(store:
 
 def test_timed_out_acquisitions_leave_no_reference_cycles(store: CellStore) -> None:
     """50 waiters time out and clean up: nothing of theirs is left for the cyclic collector — every
-    run, its state and its error are freed as soon as the caller drops the LockTimeout. (A run's
+    run, its state, its error and the caller's LockTimeout are freed as soon as the caller drops
+    the LockTimeout. (A run's
     own frame in the error's traceback made a cycle per timeout: 62 objects each, and a longer
     full collection when 1,000 deadlines fell together.)"""
 
@@ -258,11 +259,15 @@ def test_timed_out_acquisitions_leave_no_reference_cycles(store: CellStore) -> N
                 await asyncio.sleep(0.1)
                 gc.collect()
                 ours = [o for o in gc.garbage if isinstance(o, aio._Run | locker_module._AsyncAcquisition)]
+                errors = [o for o in gc.garbage if isinstance(o, LockTimeout)]
             finally:
                 gc.set_debug(0)
                 gc.garbage.clear()
                 gc.enable()
             assert ours == [], f"{len(ours)} runs or acquisition states only the collector could free"
+            # (A LockTimeout raised from a frame that also held it — its traceback holds that frame:
+            # 13 objects per timeout for the collector, found by counting what gc.collect() freed.)
+            assert errors == [], f"{len(errors)} LockTimeout errors only the collector could free"
             await asyncio.to_thread(holder.release)
 
     asyncio.run(scenario())
