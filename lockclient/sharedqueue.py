@@ -77,10 +77,10 @@ from lockclient.lease import (
     is_holder_column,
     slot_column,
 )
-from lockclient.lockid import index_shard, make_owner, make_ticket, owner_host, split_row, ticket_time
+from lockclient.lockid import make_owner, make_ticket, owner_host, split_row, ticket_time
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
-from lockclient.store.base import Delete, Put, ReadRow, ReadVersioned
+from lockclient.store.base import Delete, ReadRow, ReadVersioned
 from lockclient.wake import Listener, Taken, Watch
 from lockclient.watermark import PROPOSED
 
@@ -192,7 +192,7 @@ class SharedQueue:
         return self._plan(row, shape, 0, lock_id) is None
 
     def _enqueue(self, attempt: Acquisition, shape: Shape) -> tuple[WaiterLease, int]:
-        """A ticket from global time; the queue cell (our lease, with our mode) and the index entry."""
+        """A ticket from global time; the index entry, then the queue cell (our lease, with our mode)."""
         store, lock_id = attempt.store, attempt.lock_id
         owner = make_owner(runtime=self.s.runtime)
         now = attempt.io(lambda: take_ticket_time(self.s.clock))
@@ -207,12 +207,9 @@ class SharedQueue:
             label=attempt.label,
         )
         stamp = self.s.timestamps.next(now)
-        ops = [
-            Put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, stamp),
-            Put(Table.INDEX, index_shard(lock_id), lock_id, "", stamp),
-        ]
+        attempt.list_for_leasewatch(stamp)  # first, and alone: see Acquisition.list_for_leasewatch
         try:
-            attempt.retrying(partial(store.execute_all, ops))
+            attempt.retrying(partial(store.put, Table.QUEUE, lock_id, waiter.ticket, waiter.value, timestamp=stamp))
         except BaseException:
             self._withdraw(store, waiter)
             raise
