@@ -13,12 +13,21 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from lockclient.clock import take_ticket_time
 from lockclient.errors import LockCancelled, LockTimeout, StoreError, StoreOutcomeUnknown, StoreUnavailable
-from lockclient.lease import FENCE_COLUMN, HOLDER_COLUMN, HeldLease, HolderRecord, format_fence, parse_fence, removal
-from lockclient.lockid import index_shard
+from lockclient.lease import (
+    FENCE_COLUMN,
+    HOLDER_COLUMN,
+    HeldLease,
+    HolderRecord,
+    WaiterLease,
+    format_fence,
+    parse_fence,
+    removal,
+)
+from lockclient.lockid import index_shard, make_owner, make_ticket
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Event, Runtime
 from lockclient.store import CellStore
@@ -32,7 +41,7 @@ if TYPE_CHECKING:
     from lockclient.wake import InProcessSignals, Waker
     from lockclient.watermark import Watermarks
 
-__all__ = ["Acquisition", "Algorithm", "Services", "Timestamps", "take"]
+__all__ = ["Acquisition", "Algorithm", "Services", "Timestamps", "new_waiter", "take"]
 
 log = get_logger("lockclient")
 
@@ -174,6 +183,32 @@ class Acquisition:
         An entry that lands with nothing after it is harmless: leasewatch drops idle ids."""
         lock_id = self.lock_id
         self.retrying(partial(self.store.put, Table.INDEX, index_shard(lock_id), lock_id, "", timestamp=stamp))
+
+
+def new_waiter(services: Services, attempt: Acquisition, **fields: Any) -> tuple[WaiterLease, int, int]:
+    """The start of every queued acquisition (the fair queue's and the shared queue's): a new
+    owner, a ticket from global time — the upper end of its interval, no smaller than any time
+    another contender could have seen before now (lockclient.clock, "Tickets are linearizable") —
+    the waiter's lease (``fields``: its mode, whether it adopts a hand-over) and the write stamp;
+    and the lock listed for leasewatch (:meth:`Acquisition.list_for_leasewatch`), so the queue
+    cell may be written next. Returns (waiter, ticket time µs, stamp)."""
+    owner = make_owner(runtime=services.runtime)
+    now = attempt.io(lambda: take_ticket_time(services.clock))
+    attempt.ticket_taken = (now, services.monotonic())
+    waiter = WaiterLease(
+        attempt.lock_id,
+        owner,
+        make_ticket(now, owner),
+        services.lease,
+        runtime=services.runtime,
+        label=attempt.label,
+        **fields,
+    )
+    stamp = services.timestamps.next(now)
+    # Every time, not only the first: leasewatch drops idle ids from the index, and a re-listing
+    # must never depend on this process remembering it.
+    attempt.list_for_leasewatch(stamp)
+    return waiter, now, stamp
 
 
 class Algorithm(Protocol):

@@ -189,8 +189,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar, TypeVar
 
-from lockclient.algorithm import Acquisition, Services, take
-from lockclient.clock import settle_ticket_time, take_ticket_time
+from lockclient.algorithm import Acquisition, Services, new_waiter, take
+from lockclient.clock import settle_ticket_time
 from lockclient.errors import StoreError, StoreUnavailable
 from lockclient.hold import lapse_parked
 from lockclient.lease import (
@@ -202,7 +202,7 @@ from lockclient.lease import (
     WaiterRecord,
     format_fence,
 )
-from lockclient.lockid import make_owner, make_ticket, owner_host, ticket_time
+from lockclient.lockid import owner_host, ticket_time
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
 from lockclient.store.base import Delete, Op, Put, ReadRow, ReadVersioned, new_attempt_id
@@ -297,27 +297,11 @@ class FairQueue:
         queue cell (our lease) — and, overlapping it, the first look (see the module's docstring). ``quiet``: this
         process took and released the lock last, uncontended — the grant is sent too."""
         store, lock_id = attempt.store, attempt.lock_id
-        owner = make_owner(runtime=self.s.runtime)
-        # The upper end of global time's interval: no smaller than any time another contender
-        # could have seen before now (lockclient.clock, "Tickets are linearizable").
-        now = attempt.io(lambda: take_ticket_time(self.s.clock))
-        attempt.ticket_taken = (now, self.s.monotonic())
-        waiter = WaiterLease(
-            lock_id,
-            owner,
-            make_ticket(now, owner),
-            self.s.lease,
-            runtime=self.s.runtime,
-            label=attempt.label,
-            # A lock handed over is written by the releaser: only a waiter that waits, and needs
-            # nothing in its record the releaser cannot know (a stamped grant, a payload), asks for it.
-            adopts=attempt.blocking and not attempt.stamp_grant and not attempt.payload,
-        )
-        stamp = self.s.timestamps.next(now)
+        # A lock handed over is written by the releaser: only a waiter that waits, and needs nothing
+        # in its record the releaser cannot know (a stamped grant, a payload), asks for it.
+        adopts = attempt.blocking and not attempt.stamp_grant and not attempt.payload
+        waiter, now, stamp = new_waiter(self.s, attempt, adopts=adopts)
         start = self.s.watermarks.start(lock_id, waiter.ticket)
-        # Every time, not only the first: leasewatch drops idle ids from the index, and a
-        # re-listing must never depend on this process remembering it. First, and alone.
-        attempt.list_for_leasewatch(stamp)
         enqueue: list[Op] = [Put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, stamp)]
         ops = [*enqueue, *self._look_ops(lock_id, start, waiter.ticket)]
         speculative: HeldLease | None = None

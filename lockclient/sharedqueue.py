@@ -64,8 +64,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar, Literal
 
-from lockclient.algorithm import Acquisition, Services, take
-from lockclient.clock import settle_ticket_time, take_ticket_time
+from lockclient.algorithm import Acquisition, Services, new_waiter, take
+from lockclient.clock import settle_ticket_time
 from lockclient.errors import LimitMismatch, StoreError
 from lockclient.lease import (
     FENCE_COLUMN,
@@ -77,7 +77,7 @@ from lockclient.lease import (
     is_holder_column,
     slot_column,
 )
-from lockclient.lockid import make_owner, make_ticket, owner_host, split_row, ticket_time
+from lockclient.lockid import owner_host, split_row, ticket_time
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
 from lockclient.store.base import Delete, ReadRow, ReadVersioned
@@ -194,20 +194,7 @@ class SharedQueue:
     def _enqueue(self, attempt: Acquisition, shape: Shape) -> tuple[WaiterLease, int]:
         """A ticket from global time; the index entry, then the queue cell (our lease, with our mode)."""
         store, lock_id = attempt.store, attempt.lock_id
-        owner = make_owner(runtime=self.s.runtime)
-        now = attempt.io(lambda: take_ticket_time(self.s.clock))
-        attempt.ticket_taken = (now, self.s.monotonic())
-        waiter = WaiterLease(
-            lock_id,
-            owner,
-            make_ticket(now, owner),
-            self.s.lease,
-            runtime=self.s.runtime,
-            mode=shape.mode,
-            label=attempt.label,
-        )
-        stamp = self.s.timestamps.next(now)
-        attempt.list_for_leasewatch(stamp)  # first, and alone: see Acquisition.list_for_leasewatch
+        waiter, now, stamp = new_waiter(self.s, attempt, mode=shape.mode)
         try:
             attempt.retrying(partial(store.put, Table.QUEUE, lock_id, waiter.ticket, waiter.value, timestamp=stamp))
         except BaseException:
