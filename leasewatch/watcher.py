@@ -70,7 +70,11 @@ with long leases not even every live lock.
 
 **Idle index entries** are deleted with the timestamp the entry had when the lock was
 first seen idle, so a contender that listed the lock again meanwhile (a newer write)
-is never unlisted.
+is never unlisted. And never sooner than ``max(orphan_after, INDEX_KEPT_S)`` after a look
+that read that version idle with global time known to have passed its stamp: clients rely
+on an index entry they saw written staying that long (:mod:`lockclient.listing`), so a
+re-take need not wait for its index write before it writes its queue cell. Without a
+``GlobalTime`` cell (nobody publishes global time in the store) no entry is deleted.
 
 **Index entries stamped ahead.** "Every enqueue rewrites it" holds only if the rewrite wins
 last-write-wins. A contender stamps the entry with its ticket, the *upper* end of global time's
@@ -116,6 +120,7 @@ from lockclient.lease import (
     is_holder_column,
     parse_fence,
 )
+from lockclient.listing import INDEX_KEPT_S
 from lockclient.lockid import INDEX_SHARDS, index_shard, make_ticket
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Runtime
@@ -677,11 +682,17 @@ class Watcher:
 
         # A lock with no state at all leaves the index after the window (cost follows live state).
         if not columns and not queue and not backoff and not shadow:
-            if watch.idle_since is None:
+            floor = self._global_floor(now)
+            if floor is None or watch.index_ts >= floor or lock_id in self._ahead:
+                # Idle time is counted only from a look that read the entry with global time known
+                # to have passed its stamp (lockclient.listing: a client that saw its index write
+                # acknowledged relies on the entry staying INDEX_KEPT_S from its ticket, also when
+                # its write lost last-write-wins to an entry stamped at or above it; and the
+                # tombstone of an entry stamped ahead would shadow a re-listing stamped below it).
+                watch.idle_since = None
+            elif watch.idle_since is None:
                 watch.idle_since, watch.idle_ts = now, watch.index_ts
-            elif now - watch.idle_since > self.orphan_after and lock_id not in self._ahead:
-                # (Not while the entry is stamped ahead of global time: the tombstone would carry
-                # that stamp and shadow a contender's re-listing stamped below it.)
+            elif now - watch.idle_since > max(self.orphan_after, INDEX_KEPT_S):
                 # Delete exactly the version seen idle first: a contender that listed the lock
                 # again since wrote a newer version, which this tombstone cannot shadow (and the
                 # next index read lists it again, as new).

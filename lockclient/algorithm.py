@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
@@ -27,11 +27,12 @@ from lockclient.lease import (
     parse_fence,
     removal,
 )
+from lockclient.listing import Listings
 from lockclient.lockid import index_shard, make_owner, make_ticket
 from lockclient.logs import get_logger
 from lockclient.runtime import THREADS, Event, Runtime
 from lockclient.store import CellStore
-from lockclient.store.base import Table, new_attempt_id
+from lockclient.store.base import Op, Put, Table, new_attempt_id
 from lockclient.store.counting import CountingStore
 from lockclient.wake import LOCAL_WAKEUPS, Wakeups
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from lockclient.wake import InProcessSignals, Waker
     from lockclient.watermark import Watermarks
 
-__all__ = ["Acquisition", "Algorithm", "Services", "Timestamps", "new_waiter", "take"]
+__all__ = ["Acquisition", "Algorithm", "Services", "Timestamps", "confirm_listed", "new_waiter", "take"]
 
 log = get_logger("lockclient")
 
@@ -79,6 +80,8 @@ class Services:
     poll_max: float
     runtime: Runtime = THREADS
     wakeups: Wakeups = LOCAL_WAKEUPS
+    listings: Listings = field(default_factory=Listings)
+    """The locks this process listed for leasewatch lately (:mod:`lockclient.listing`)."""
 
     @property
     def monotonic(self) -> Callable[[], float]:
@@ -172,29 +175,20 @@ class Acquisition:
                 except LockTimeout as timeout:
                     raise timeout from exc
 
-    def list_for_leasewatch(self, stamp: int) -> None:
-        """Write the lock's index entry, and have it acknowledged, before anything of ours can
-        land in the lock's rows: leasewatch finds a lock only through its index entry. Sent
-        beside the queue cell (as it once was), the entry could fail while the cell (or a
-        speculative grant) landed; a process that then crashed left a holder record or a queue
-        cell that leasewatch never saw, so never revoked (found by the simulator: seed
-        1892896576, mixed, a holder left for good on a fresh lock id). One plain write's round
-        trip more per acquisition buys that every lease that can land is one leasewatch watches.
-        An entry that lands with nothing after it is harmless: leasewatch drops idle ids."""
-        lock_id = self.lock_id
-        self.retrying(partial(self.store.put, Table.INDEX, index_shard(lock_id), lock_id, "", timestamp=stamp))
 
-
-def new_waiter(services: Services, attempt: Acquisition, **fields: Any) -> tuple[WaiterLease, int, int]:
+def new_waiter(services: Services, attempt: Acquisition, **fields: Any) -> tuple[WaiterLease, int, int, list[Op]]:
     """The start of every queued acquisition (the fair queue's and the shared queue's): a new
     owner, a ticket from global time — the upper end of its interval, no smaller than any time
     another contender could have seen before now (lockclient.clock, "Tickets are linearizable") —
-    the waiter's lease (``fields``: its mode, whether it adopts a hand-over) and the write stamp;
-    and the lock listed for leasewatch (:meth:`Acquisition.list_for_leasewatch`), so the queue
-    cell may be written next. Returns (waiter, ticket time µs, stamp)."""
+    the waiter's lease (``fields``: its mode, whether it adopts a hand-over), the write stamp, and
+    the lock listed for leasewatch (:mod:`lockclient.listing`): written first, alone, unless this
+    process listed it lately. Returns (waiter, ticket time µs, stamp, ops to send beside the queue
+    cell: the index entry of a lock listed lately, or nothing); after the queue cell (and any grant
+    sent with it) is acknowledged, call :func:`confirm_listed`."""
     owner = make_owner(runtime=services.runtime)
     now = attempt.io(lambda: take_ticket_time(services.clock))
-    attempt.ticket_taken = (now, services.monotonic())
+    taken = services.monotonic()
+    attempt.ticket_taken = (now, taken)
     waiter = WaiterLease(
         attempt.lock_id,
         owner,
@@ -205,10 +199,38 @@ def new_waiter(services: Services, attempt: Acquisition, **fields: Any) -> tuple
         **fields,
     )
     stamp = services.timestamps.next(now)
-    # Every time, not only the first: leasewatch drops idle ids from the index, and a re-listing
-    # must never depend on this process remembering it.
-    attempt.list_for_leasewatch(stamp)
-    return waiter, now, stamp
+    # Every time, not only the first: leasewatch notices a new contender by its lock's index entry
+    # changing, and drops idle ids from the index (a re-listing must never depend on this process
+    # remembering it).
+    entry = Put(Table.INDEX, index_shard(attempt.lock_id), attempt.lock_id, "", stamp)
+    if services.listings.listed(attempt.lock_id, services.monotonic()):
+        return waiter, now, stamp, [entry]
+    _list(services, attempt, entry, taken)
+    return waiter, now, stamp, []
+
+
+def confirm_listed(services: Services, attempt: Acquisition, beside: list[Op]) -> None:
+    """The enqueue's writes (queue cell, index entry ``beside`` it if any, a grant sent with them)
+    were all acknowledged just now. Note the index entry sent beside; and if they were
+    acknowledged after the lock was surely listed — the process stalled, or the store answered
+    late — list it again before going on (:mod:`lockclient.listing`)."""
+    lock_id = attempt.lock_id
+    acknowledged = services.monotonic()
+    if beside and attempt.ticket_taken is not None:
+        services.listings.note(lock_id, attempt.ticket_taken[1], acknowledged)
+    if services.listings.covered(lock_id, acknowledged):
+        return
+    log.warning("listing_again", lock_id=lock_id, reason="the enqueue was acknowledged late")
+    taken = services.monotonic()
+    stamp = services.timestamps.next(attempt.io(lambda: take_ticket_time(services.clock)))
+    _list(services, attempt, Put(Table.INDEX, index_shard(lock_id), lock_id, "", stamp), taken)
+
+
+def _list(services: Services, attempt: Acquisition, entry: Put, since: float) -> None:
+    """Write the index entry alone and wait for it (retried while the store is away, for as long
+    as the caller waits); the lock is then listed from ``since`` on."""
+    attempt.retrying(partial(attempt.store.execute_all, [entry]))
+    services.listings.note(attempt.lock_id, since, services.monotonic())
 
 
 class Algorithm(Protocol):

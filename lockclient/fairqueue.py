@@ -7,12 +7,13 @@ row in the lease table holds the **holder** (``~holder``) and the fencing counte
 
 One acquisition, top to bottom (:meth:`FairQueue.acquire`):
 
-1. **enqueue and first look** — take a ticket from global time; write the lock's index
-   entry (for leasewatch) and wait for it to be acknowledged — alone, first, so that nothing
-   of ours can land in the lock's rows unlisted, where a crash would leave it for good
-   (:meth:`lockclient.algorithm.Acquisition.list_for_leasewatch`); then write the queue cell
-   and in the same round trip read the queue from the watermark and the lease row (holder,
-   fencing counter, watermarks; a plain read, no Paxos) — the three requests overlap;
+1. **enqueue and first look** — take a ticket from global time; list the lock for leasewatch
+   (its index entry: written first, alone, and acknowledged — unless this process listed it
+   in the last few seconds — so that nothing of ours can land in the lock's rows unlisted,
+   where a crash would leave it for good: :mod:`lockclient.listing`); then write the queue
+   cell (and the index entry again, beside it) and in the same round trip read the queue from
+   the watermark and the lease row (holder, fencing counter, watermarks; a plain read, no
+   Paxos) — the requests overlap;
 2. **look** (again, after a wait) — the same two reads, one round trip. The first look
    that starts after the enqueue finished completes the watermark handshake
    (:mod:`lockclient.watermark`): a ticket below the proposed watermark queues again;
@@ -23,9 +24,9 @@ One acquisition, top to bottom (:meth:`FairQueue.acquire`):
    reads three queue cells at most (ours and the two ahead), so it costs the same in a
    queue of 2 or 200.
 
-So an uncontended acquisition costs two plain round trips (the index entry, then the enqueue
-and look) and one Paxos round — the last two overlapped when the grant is sent with the enqueue
-(below); a release costs one round
+So an uncontended acquisition costs one plain round trip and one Paxos round — overlapped
+into one round trip when the grant is sent with the enqueue (below) — plus, for a lock this
+process did not list lately, the index entry's own round trip first; a release costs one round
 trip (the holder record and the queue cell, together) — a contended one two (below).
 
 **A contended hand-over in one Paxos round** (issue 27): the release grants the next holder
@@ -106,8 +107,8 @@ exactly this; with two cells the waiter behind the holder could not see such a c
 granted itself over it, again and again while the contender raced every hand-over
 (bench/peers, P = 5: one grant overtaken by 16 later tickets, 30 ms).
 
-**A speculative grant: one round trip (after the index entry's) for a re-take and for a first
-use.** The grant's
+**A speculative grant: one round trip for a re-take and for a first use (after the index
+entry's).** The grant's
 compare-and-set may be sent *together with* the enqueue and the first look, on a guess of what
 the lock's row holds (issue 27):
 
@@ -189,7 +190,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar, TypeVar
 
-from lockclient.algorithm import Acquisition, Services, new_waiter, take
+from lockclient.algorithm import Acquisition, Services, confirm_listed, new_waiter, take
 from lockclient.clock import settle_ticket_time
 from lockclient.errors import StoreError, StoreUnavailable
 from lockclient.hold import lapse_parked
@@ -293,22 +294,23 @@ class FairQueue:
         return left is None or left > 0
 
     def _enqueue(self, attempt: Acquisition, quiet: _Quiet | None) -> tuple[WaiterLease, _Look]:
-        """Listing 5: a ticket from global time; the index entry (acknowledged first), then the
-        queue cell (our lease) — and, overlapping it, the first look (see the module's docstring). ``quiet``: this
+        """Listing 5: a ticket from global time; the lock listed for leasewatch (its index entry
+        first, alone, unless listed lately: :mod:`lockclient.listing`), the queue cell (our lease)
+        — and, overlapping it, the first look (see the module's docstring). ``quiet``: this
         process took and released the lock last, uncontended — the grant is sent too."""
         store, lock_id = attempt.store, attempt.lock_id
         # A lock handed over is written by the releaser: only a waiter that waits, and needs nothing
         # in its record the releaser cannot know (a stamped grant, a payload), asks for it.
         adopts = attempt.blocking and not attempt.stamp_grant and not attempt.payload
-        waiter, now, stamp = new_waiter(self.s, attempt, adopts=adopts)
+        waiter, now, stamp, beside = new_waiter(self.s, attempt, adopts=adopts)
         start = self.s.watermarks.start(lock_id, waiter.ticket)
-        enqueue: list[Op] = [Put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, stamp)]
+        enqueue: list[Op] = [*beside, Put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, stamp)]
         ops = [*enqueue, *self._look_ops(lock_id, start, waiter.ticket)]
         speculative: HeldLease | None = None
         try:
             if quiet is None:
                 answers, looked_at = self._stamped(attempt, partial(store.execute_all, ops))
-                _, mine_and_before, row = answers
+                *_, mine_and_before, row = answers
             else:
                 looked_at = self.s.monotonic()
                 # The lease row is not read: the speculative grant's compare-and-set answers with
@@ -319,7 +321,7 @@ class FairQueue:
                 speculative, found = self._speculate(attempt, waiter, quiet)
                 row = {name: value for name, value in found.items() if value is not None}
                 try:
-                    _, mine_and_before = pending.wait()
+                    *_, mine_and_before = pending.wait()
                 except StoreUnavailable:
                     # The look that overlapped the speculative grant never answered, and only that
                     # look may decide it: one sent later may no longer see a cell that was ahead of
@@ -330,11 +332,12 @@ class FairQueue:
                         self._give_back(store, speculative)
                         speculative = None
                     answers, looked_at = self._stamped(attempt, partial(store.execute_all, ops))
-                    _, mine_and_before, row = answers
+                    *_, mine_and_before, row = answers
                 else:
                     if speculative is None and not found:
                         # The guess could not be settled into an answer: read the row like any look.
                         row, looked_at = self._stamped(attempt, partial(store.read_versioned, lock_id, serial=False))
+            confirm_listed(self.s, attempt, beside)
         except BaseException:
             if speculative is not None:
                 self._give_back(store, speculative)

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar, Literal
 
-from lockclient.algorithm import Acquisition, Services, new_waiter, take
+from lockclient.algorithm import Acquisition, Services, confirm_listed, new_waiter, take
 from lockclient.clock import settle_ticket_time
 from lockclient.errors import LimitMismatch, StoreError
 from lockclient.lease import (
@@ -80,7 +80,7 @@ from lockclient.lease import (
 from lockclient.lockid import owner_host, split_row, ticket_time
 from lockclient.logs import get_logger
 from lockclient.store import Cell, CellStore, Table
-from lockclient.store.base import Delete, ReadRow, ReadVersioned
+from lockclient.store.base import Delete, Put, ReadRow, ReadVersioned
 from lockclient.wake import Listener, Taken, Watch
 from lockclient.watermark import PROPOSED
 
@@ -192,11 +192,14 @@ class SharedQueue:
         return self._plan(row, shape, 0, lock_id) is None
 
     def _enqueue(self, attempt: Acquisition, shape: Shape) -> tuple[WaiterLease, int]:
-        """A ticket from global time; the index entry, then the queue cell (our lease, with our mode)."""
+        """A ticket from global time; the lock listed for leasewatch (:mod:`lockclient.listing`);
+        the queue cell (our lease, with our mode)."""
         store, lock_id = attempt.store, attempt.lock_id
-        waiter, now, stamp = new_waiter(self.s, attempt, mode=shape.mode)
+        waiter, now, stamp, beside = new_waiter(self.s, attempt, mode=shape.mode)
+        enqueue = [*beside, Put(Table.QUEUE, lock_id, waiter.ticket, waiter.value, stamp)]
         try:
-            attempt.retrying(partial(store.put, Table.QUEUE, lock_id, waiter.ticket, waiter.value, timestamp=stamp))
+            attempt.retrying(partial(store.execute_all, enqueue))
+            confirm_listed(self.s, attempt, beside)
         except BaseException:
             self._withdraw(store, waiter)
             raise

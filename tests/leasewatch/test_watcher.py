@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -10,7 +11,8 @@ from leasewatch.watcher import Watcher
 from lockclient import CellStore, LockTimeout, RemoteLock, RemoteLocker
 from lockclient.backoff import BACKOFF_INDEX_MARK
 from lockclient.lease import HOLDER_COLUMN, WaiterRecord
-from lockclient.lockid import index_shard, make_ticket
+from lockclient.listing import INDEX_KEPT_S
+from lockclient.lockid import index_shard, make_ticket, ticket_time
 from lockclient.store import Table
 from tests.leasewatch.conftest import FakeMonotonic
 from tests.support.faulty import FaultyStore
@@ -199,9 +201,12 @@ def test_orphan_cells_are_cleared_and_the_lock_works_again(store: CellStore, clo
         got = locker.try_get_lock("orphaned")
         assert got is not None
         got.release()
-        # The lock id, now without any state, leaves the index after the window.
+        # The lock id, now without any state, leaves the index after the window (never sooner than
+        # INDEX_KEPT_S: clients rely on an entry they wrote staying that long, lockclient.listing).
         w.scan()
-        clock.now += 5.5
+        clock.now += 1.0  # global time now past the entry's stamp: the idle count starts
+        w.scan()
+        clock.now += max(5.5, INDEX_KEPT_S + 0.5)
         w.scan()
         assert store.get(Table.INDEX, index_shard("orphaned"), "orphaned") is None
 
@@ -215,8 +220,10 @@ def test_idle_index_deletion_never_hides_a_new_contender(store: CellStore, clock
     locker = RemoteLocker(store, lease=2.0)
     locker.get_lock("idle").release()
     w = watcher(faulty, clock)
-    w.scan()  # first idle sighting
-    clock.now += 5.5
+    w.scan()
+    clock.now += 1.0
+    w.scan()  # first idle sighting with global time past the entry's stamp
+    clock.now += max(5.5, INDEX_KEPT_S + 0.5)
     contender: list[RemoteLock] = []
 
     def contender_arrives(*args: object, **kwargs: object) -> None:
@@ -260,8 +267,11 @@ def test_scan_cost_follows_live_locks_not_history(store: CellStore, clock: FakeM
         live = locker.get_lock("live")
         w = watcher(store, clock)
         assert w.scan().locks == 51
+        clock.now += 1.0
+        w.scan()  # global time past the entries' stamps: the idle count starts (lockclient.listing)
         live._lease.renew(store)  # the live holder renews while the (fake) time passes
-        clock.now += 5.5
+        clock.now += max(5.5, INDEX_KEPT_S + 0.5)
+        live._lease.renew(store)
         w.scan()  # idle lock ids leave the index after the window
         report = w.scan()
         assert report.locks == 1 and report.leases == 1
@@ -453,6 +463,11 @@ def test_grants_and_waits_are_observed_but_an_inherited_holder_is_no_grant(
         waiter = threading.Thread(target=wait_then_hold)
         waiter.start()
         wait_until(lambda: len(store.read_row(Table.QUEUE, "inherited")) == 2, "the waiter's queue cell")
+        # A wait is measured from the waiter's ticket — the upper end of global time's interval, a
+        # little ahead of the wall clock — to the wall clock: let it have begun (a fast run scanned
+        # before, and saw a wait of 0 s, no longest wait).
+        ticket = store.read_row(Table.QUEUE, "inherited")[-1].column
+        wait_until(lambda: time.time() * 1e6 > ticket_time(ticket) + 1000, "the wall clock to pass the ticket")
         clock.now += 1.0
         w.scan()
         assert w.observed.grants_seen == 1
@@ -581,3 +596,24 @@ def test_a_malformed_holder_record_is_an_orphan_cleared_after_the_window(
         got = locker.try_get_lock("bad-holder")
         assert got is not None
         got.release()
+
+
+def test_an_idle_entry_stays_index_kept_s_after_its_idle_count_starts_whatever_orphan_after(
+    store: CellStore, clock: FakeMonotonic
+) -> None:
+    """lockclient.listing: a client that saw its index write acknowledged relies on the entry for
+    INDEX_KEPT_S. So leasewatch counts a lock idle only from a look with global time past the
+    entry's stamp, and deletes the entry no sooner than INDEX_KEPT_S after — even with a shorter
+    orphan_after (this watcher's is 5 s)."""
+    with RemoteLocker(store, lease=2.0) as locker:
+        locker.get_lock("kept").release()
+        w = watcher(store, clock)
+        w.scan()
+        clock.now += 1.0
+        w.scan()  # the idle count starts here
+        clock.now += INDEX_KEPT_S - 0.5  # past orphan_after, not past INDEX_KEPT_S
+        w.scan()
+        assert store.get(Table.INDEX, index_shard("kept"), "kept") is not None, "deleted before INDEX_KEPT_S"
+        clock.now += 1.0
+        w.scan()
+        assert store.get(Table.INDEX, index_shard("kept"), "kept") is None, "an idle entry was kept for good"

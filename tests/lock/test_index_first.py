@@ -6,6 +6,7 @@ seed 1892896576 of the mixed profile: a holder record left for good on a fresh l
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from lockclient import LockTimeout, RemoteLocker, open_store
 from lockclient.errors import StoreUnavailable
 from lockclient.lease import HOLDER_COLUMN
+from lockclient.listing import INDEX_KEPT_S, LISTED_FOR_S, Listings
 from lockclient.lockid import index_shard, primitive_row
 from lockclient.store import CellStore, Table
 from tests.support.faulty import FaultyStore
@@ -79,3 +81,35 @@ def test_shared_queues_list_the_row_before_queueing(store: CellStore, kind: str)
         else:
             locker.get_read_lock("pool", timeout=0.3)
     assert _unlisted_state(store, primitive_row("pool", kind)) == []
+
+
+def test_a_lock_listed_lately_is_not_listed_again_first_and_the_cache_forgets() -> None:
+    """lockclient.listing: a lock counts as listed for LISTED_FOR_S from the ticket time of an
+    acknowledged index write; an enqueue acknowledged after that is not covered; old entries go."""
+    listings = Listings(listed_for=5.0)
+    assert not listings.listed("a", 100.0) and not listings.covered("a", 100.0)
+    listings.note("a", 100.0, 100.1)
+    assert listings.listed("a", 104.9) and not listings.listed("a", 105.0)
+    assert listings.covered("a", 104.9) and not listings.covered("a", 105.1)
+    listings.note("a", 99.0, 106.0)  # an older ticket never moves the listing back
+    assert listings.listed_until("a") == 105.0
+    listings.note("b", 200.0, 200.0)  # "a" (since 100) is past any use: dropped
+    assert len(listings) == 1 and listings.listed_until("a") is None
+    assert LISTED_FOR_S <= INDEX_KEPT_S / 2
+
+
+def test_an_enqueue_acknowledged_after_the_listing_could_lapse_lists_the_lock_again(store: CellStore) -> None:
+    """The process stalls between listing the lock and its queue cell's acknowledgement for longer
+    than the listing is sure to last (leasewatch may have dropped the idle entry meanwhile): the
+    acquisition lists the lock again before it goes on — its index entry is then newer than its
+    queue cell."""
+    faulty = FaultyStore(store)
+    faulty.arm("put", before=lambda *a, **k: time.sleep(0.3), when=lambda table, *a, **k: table is Table.QUEUE)
+    with RemoteLocker(faulty, lease=60) as locker:
+        locker._services.listings = Listings(listed_for=0.2)
+        lock = locker.get_lock(LOCK, timeout=30)
+        cell = store.get(Table.QUEUE, LOCK, lock.ticket)
+        entry = store.get(Table.INDEX, index_shard(LOCK), LOCK)
+        assert cell is not None and entry is not None
+        assert entry.timestamp > cell.timestamp, "the lock was not listed again after the late enqueue"
+        lock.release()
