@@ -54,6 +54,7 @@ from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
 from cassandra.policies import (
     ConstantSpeculativeExecutionPolicy,
+    ConvictionPolicy,
     DCAwareRoundRobinPolicy,
     FallthroughRetryPolicy,
     RetryPolicy,
@@ -102,6 +103,7 @@ __all__ = [
     "PROFILE_SERIAL",
     "CassandraStore",
     "ContactPointDCPolicy",
+    "UnresponsiveHostConviction",
     "connect_cluster",
     "translate_error",
 ]
@@ -154,6 +156,31 @@ class ContactPointDCPolicy(DCAwareRoundRobinPolicy):  # type: ignore[misc]
         if not self.local_dc and host.datacenter and host.endpoint in getattr(self, "_endpoints", ()):
             self.local_dc = host.datacenter
         super().on_up(host)
+
+
+class UnresponsiveHostConviction(ConvictionPolicy):  # type: ignore[misc]
+    """Marks a host down at its first connection failure — a heartbeat or a connect timed out too.
+
+    Only for native protocol v1/v2 (Cassandra 1.2), whose per-host pool is the driver's older
+    ``HostConnectionPool``. The driver's default (``SimpleConvictionPolicy``) forgives every
+    ``OperationTimedOut``, so a node that stops answering (SIGSTOP, a long GC pause, a frozen VM)
+    is never marked down on protocol v1: its heartbeats fail, its connections are closed, and
+    the pool keeps trying to replace them (each attempt waits out the connect timeout) while the
+    host stays "up". Every request routed to it then waits up to 2 s (the driver's fixed
+    ``borrow_connection`` wait for an empty pool) before the next host is tried — the whole
+    request timeout, so the request fails with ``OperationTimedOut`` although two healthy
+    nodes could have answered it (the ring test's 503s while a node was paused). On protocol
+    v3+ the driver already marks the host down when a heartbeat fails (``shutdown_on_error``),
+    which is why only the 1.2 dialect installs this policy.
+
+    A convicted host gets the driver's reconnection handler, which marks it up (and opens a
+    new pool) once a connection to it succeeds again."""
+
+    def add_failure(self, connection_exc: BaseException | None) -> bool:
+        return True
+
+    def reset(self) -> None:
+        return None
 
 
 PROFILE_SERIAL: Final = "chronolock-serial"
@@ -217,6 +244,12 @@ def _idempotent(statement: Any) -> Any:
     so the driver may retry it or send it to a second replica (speculative execution)."""
     statement.is_idempotent = True
     return statement
+
+
+def _speculation(after: float) -> ConstantSpeculativeExecutionPolicy | None:
+    """Send an idempotent statement to one more coordinator when the first has not answered
+    within ``after`` seconds (``speculate_after``; 0 = never)."""
+    return ConstantSpeculativeExecutionPolicy(after, 1) if after > 0 else None
 
 
 def _ttl_seconds(ttl: float | None) -> int | None:
@@ -330,9 +363,7 @@ class _ModernDialect(_Dialect):
             return TokenAwarePolicy(child, shuffle_replicas=True)
 
         common: dict[str, Any] = {"request_timeout": timeout, "row_factory": tuple_factory}
-        speculation = (
-            ConstantSpeculativeExecutionPolicy(self._speculate_after, 1) if self._speculate_after > 0 else None
-        )
+        speculation = _speculation(self._speculate_after)
         return {
             # Last-write-wins reads and writes. Writes carry explicit timestamps, so they are
             # idempotent and the driver's default retry policy may safely resend them.
@@ -484,7 +515,11 @@ class _Cql12Dialect(_Dialect):
       as parameters (the driver escapes them client-side);
     * no lightweight transactions: compare-and-set is unsupported
       (:attr:`supports_lwt` is false, the store raises a clear StoreError);
-    * no ``IF NOT EXISTS`` in DDL (handled in cassandra_schema).
+    * no ``IF NOT EXISTS`` in DDL (handled in cassandra_schema);
+    * no speculative retry on the server (2.0+): the driver's speculative execution
+      (``speculate_after``) sends a slow statement to a second coordinator instead;
+    * the driver's v1/v2 connection pool never marks an unresponsive node down (it forgives
+      timeouts): :class:`UnresponsiveHostConviction` does.
     """
 
     supports_lwt = False
@@ -493,8 +528,14 @@ class _Cql12Dialect(_Dialect):
     _NO_LIMIT: ClassVar[int] = 2_147_483_647
     """1.2 applies an implicit LIMIT 10000 and cannot page: an explicit maximum instead."""
 
+    def __init__(self, keyspace: str, *, speculate_after: float = 0.0) -> None:
+        super().__init__(keyspace)
+        self._speculate_after = speculate_after
+
     def cluster_options(self, username: str | None, password: str | None) -> dict[str, Any]:
-        options: dict[str, Any] = {"protocol_version": 1}
+        # A node that stops answering is marked down at its first failed heartbeat, so requests
+        # stop waiting on its empty connection pool (UnresponsiveHostConviction).
+        options: dict[str, Any] = {"protocol_version": 1, "conviction_policy_factory": UnresponsiveHostConviction}
         if username is not None:
             # Protocol v1 takes a callable that returns the credentials map.
             credentials = {"username": username, "password": password or ""}
@@ -511,13 +552,18 @@ class _Cql12Dialect(_Dialect):
                 serial_consistency_level=None,
                 request_timeout=timeout,
                 row_factory=tuple_factory,
+                # 1.2 has no speculative retry of its own: a coordinator that is slow to answer
+                # (just resumed, replaying hints, collecting garbage, or waiting on a replica that
+                # gossip has not yet marked down) is overtaken by a second one. Every statement
+                # of this dialect is last-write-wins with an explicit timestamp, so idempotent.
+                speculative_execution_policy=_speculation(self._speculate_after),
             )
         }
 
     def put(self, table: str, row: str, column: str, value: str, *, timestamp: int, ttl: int | None) -> _Query:
         using = f"USING TIMESTAMP {int(timestamp)}" + ("" if ttl is None else f" AND TTL {int(ttl)}")
         cql = f"INSERT INTO {self.table(table)} (row, col, value) VALUES (%s, %s, %s) {using}"
-        return SimpleStatement(cql), (row, column, value)
+        return _idempotent(SimpleStatement(cql)), (row, column, value)
 
     def put_cells(self, table: str, row: str, cells: dict[str, str], timestamp: int, ttl: int | None) -> _Query:
         # 1.2 rejects the driver's BatchStatement; a literal batch string works.
@@ -527,15 +573,15 @@ class _Cql12Dialect(_Dialect):
         params: list[str] = []
         for column, value in cells.items():
             params += [row, column, value]
-        return SimpleStatement(cql), tuple(params)
+        return _idempotent(SimpleStatement(cql)), tuple(params)
 
     def delete(self, table: str, row: str, column: str, timestamp: int) -> _Query:
         cql = f"DELETE FROM {self.table(table)} USING TIMESTAMP {int(timestamp)} WHERE row = %s AND col = %s"
-        return SimpleStatement(cql), (row, column)
+        return _idempotent(SimpleStatement(cql)), (row, column)
 
     def get(self, table: str, row: str, column: str) -> _Query:
         cql = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = %s AND col = %s"
-        return SimpleStatement(cql), (row, column)
+        return _idempotent(SimpleStatement(cql)), (row, column)
 
     def read_row(
         self, table: str, row: str, start: str, limit: int | None, end: str | None = None, reverse: bool = False
@@ -547,7 +593,7 @@ class _Cql12Dialect(_Dialect):
             f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = %s AND col >= %s{upper}"
             f"{order} LIMIT {cap}"
         )
-        return SimpleStatement(cql), (row, start) if end is None else (row, start, end)
+        return _idempotent(SimpleStatement(cql)), (row, start) if end is None else (row, start, end)
 
 
 # -- connecting ---------------------------------------------------------------------------------
@@ -556,14 +602,13 @@ class _Cql12Dialect(_Dialect):
 def _dialect_for(url: StoreUrl) -> _Dialect:
     keyspace = _validated_keyspace(url.path)
     protocol_version = _int_option(url, "protocol_version")
+    speculate_after = url.float_option("speculate_after", DEFAULT_SPECULATE_AFTER)
     if protocol_version == 1:
-        return _Cql12Dialect(keyspace)
+        return _Cql12Dialect(keyspace, speculate_after=speculate_after)
     if protocol_version is not None and protocol_version < 3:
         # v2 (Cassandra 2.0) has LWT but no serial consistency on batches: unsupported.
         raise ConfigurationError(f"protocol_version={protocol_version} is not supported: use 1 (Cassandra 1.2) or 3+")
-    return _ModernDialect(
-        keyspace, protocol_version, speculate_after=url.float_option("speculate_after", DEFAULT_SPECULATE_AFTER)
-    )
+    return _ModernDialect(keyspace, protocol_version, speculate_after=speculate_after)
 
 
 def connect_cluster(
