@@ -54,12 +54,12 @@ from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
 from cassandra.policies import (
     ConstantSpeculativeExecutionPolicy,
-    ConvictionPolicy,
     DCAwareRoundRobinPolicy,
     FallthroughRetryPolicy,
     RetryPolicy,
     RoundRobinPolicy,
     TokenAwarePolicy,
+    WrapperPolicy,
 )
 from cassandra.query import BatchStatement, BatchType, SimpleStatement, tuple_factory
 
@@ -102,8 +102,8 @@ __all__ = [
     "PROFILE_CAS",
     "PROFILE_SERIAL",
     "CassandraStore",
+    "ConnectedHostsFirstPolicy",
     "ContactPointDCPolicy",
-    "UnresponsiveHostConviction",
     "connect_cluster",
     "translate_error",
 ]
@@ -158,29 +158,46 @@ class ContactPointDCPolicy(DCAwareRoundRobinPolicy):  # type: ignore[misc]
         super().on_up(host)
 
 
-class UnresponsiveHostConviction(ConvictionPolicy):  # type: ignore[misc]
-    """Marks a host down at its first connection failure — a heartbeat or a connect timed out too.
+class ConnectedHostsFirstPolicy(WrapperPolicy):  # type: ignore[misc]
+    """Puts the hosts whose connection pool holds no connection at the end of every query plan.
 
-    Only for native protocol v1/v2 (Cassandra 1.2), whose per-host pool is the driver's older
-    ``HostConnectionPool``. The driver's default (``SimpleConvictionPolicy``) forgives every
-    ``OperationTimedOut``, so a node that stops answering (SIGSTOP, a long GC pause, a frozen VM)
-    is never marked down on protocol v1: its heartbeats fail, its connections are closed, and
-    the pool keeps trying to replace them (each attempt waits out the connect timeout) while the
-    host stays "up". Every request routed to it then waits up to 2 s (the driver's fixed
-    ``borrow_connection`` wait for an empty pool) before the next host is tried — the whole
-    request timeout, so the request fails with ``OperationTimedOut`` although two healthy
-    nodes could have answered it (the ring test's 503s while a node was paused). On protocol
-    v3+ the driver already marks the host down when a heartbeat fails (``shutdown_on_error``),
-    which is why only the 1.2 dialect installs this policy.
+    For native protocol v1/v2 (Cassandra 1.2), whose per-host pool is the driver's older
+    ``HostConnectionPool``. A node that stops answering (SIGSTOP, a long GC pause, a frozen VM)
+    fails its heartbeats and its connections are closed, but the driver's default conviction
+    policy forgives timeouts, so the host stays "up" while the pool tries to replace them (each
+    attempt waits out the connect timeout). A request routed to that host then waits up to 2 s
+    for a connection (the driver's fixed ``borrow_connection`` wait) before the next host is
+    tried — the whole request timeout: it fails with ``OperationTimedOut`` although the other
+    nodes could have answered (14–22 % of ``/now`` reads while a ring node was paused). On v3+
+    the driver marks such a host down itself.
 
-    A convicted host gets the driver's reconnection handler, which marks it up (and opens a
-    new pool) once a connection to it succeeds again."""
+    The host keeps its place in the driver (up, its pool reconnecting as before: back in use
+    as soon as a connection succeeds), and is still tried when no host has a connection.
+    Connections are read from :meth:`Session.get_pool_state` (one ``in_flights`` entry per
+    connection in the pool) of the session given to :meth:`attach`; before that, the plan is
+    the child's."""
 
-    def add_failure(self, connection_exc: BaseException | None) -> bool:
-        return True
+    def __init__(self, child_policy: Any) -> None:
+        super().__init__(child_policy)
+        self._pool_state: Callable[[], Mapping[Any, Mapping[str, Any]]] | None = None
 
-    def reset(self) -> None:
-        return None
+    def attach(self, session: Any) -> None:
+        self._pool_state = session.get_pool_state
+
+    def make_query_plan(self, working_keyspace: str | None = None, query: Any = None) -> Iterator[Any]:
+        plan = self._child_policy.make_query_plan(working_keyspace, query)
+        states = self._pool_state() if self._pool_state is not None else {}
+        if not states:
+            yield from plan
+            return
+        unconnected = []
+        for host in plan:
+            state = states.get(host)
+            if state is not None and not state["shutdown"] and state["in_flights"]:
+                yield host
+            else:
+                unconnected.append(host)
+        yield from unconnected
 
 
 PROFILE_SERIAL: Final = "chronolock-serial"
@@ -518,8 +535,8 @@ class _Cql12Dialect(_Dialect):
     * no ``IF NOT EXISTS`` in DDL (handled in cassandra_schema);
     * no speculative retry on the server (2.0+): the driver's speculative execution
       (``speculate_after``) sends a slow statement to a second coordinator instead;
-    * the driver's v1/v2 connection pool never marks an unresponsive node down (it forgives
-      timeouts): :class:`UnresponsiveHostConviction` does.
+    * the driver's v1/v2 connection pool keeps an unresponsive node "up" with no connection
+      (it forgives timeouts): :class:`ConnectedHostsFirstPolicy` sends requests elsewhere.
     """
 
     supports_lwt = False
@@ -531,11 +548,15 @@ class _Cql12Dialect(_Dialect):
     def __init__(self, keyspace: str, *, speculate_after: float = 0.0) -> None:
         super().__init__(keyspace)
         self._speculate_after = speculate_after
+        self._balancing: list[ConnectedHostsFirstPolicy] = []
+
+    def attach(self, session: Any) -> None:
+        super().attach(session)
+        for policy in self._balancing:
+            policy.attach(session)
 
     def cluster_options(self, username: str | None, password: str | None) -> dict[str, Any]:
-        # A node that stops answering is marked down at its first failed heartbeat, so requests
-        # stop waiting on its empty connection pool (UnresponsiveHostConviction).
-        options: dict[str, Any] = {"protocol_version": 1, "conviction_policy_factory": UnresponsiveHostConviction}
+        options: dict[str, Any] = {"protocol_version": 1}
         if username is not None:
             # Protocol v1 takes a callable that returns the credentials map.
             credentials = {"username": username, "password": password or ""}
@@ -543,7 +564,9 @@ class _Cql12Dialect(_Dialect):
         return options
 
     def profiles(self, dc: str | None, timeout: float, *, local: bool) -> dict[object, ExecutionProfile]:
-        balancing = DCAwareRoundRobinPolicy(local_dc=dc) if dc else RoundRobinPolicy()
+        # Requests never wait on a node whose connections were all lost (ConnectedHostsFirstPolicy).
+        balancing = ConnectedHostsFirstPolicy(DCAwareRoundRobinPolicy(local_dc=dc) if dc else RoundRobinPolicy())
+        self._balancing.append(balancing)
         return {
             EXEC_PROFILE_DEFAULT: ExecutionProfile(
                 load_balancing_policy=balancing,
