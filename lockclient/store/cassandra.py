@@ -168,7 +168,7 @@ class ConnectedHostsFirstPolicy(WrapperPolicy):  # type: ignore[misc]
     attempt waits out the connect timeout). A request routed to that host then waits up to 2 s
     for a connection (the driver's fixed ``borrow_connection`` wait) before the next host is
     tried — the whole request timeout: it fails with ``OperationTimedOut`` although the other
-    nodes could have answered (14–22 % of ``/now`` reads while a ring node was paused). On v3+
+    nodes could have answered (14–34 % of ``/now`` reads while a ring node was paused). On v3+
     the driver marks such a host down itself.
 
     The host keeps its place in the driver (up, its pool reconnecting as before: back in use

@@ -1,7 +1,7 @@
 """Cassandra 1.2 (protocol v1): a node that stops answering costs a request no more than a
 speculative delay, instead of the whole request timeout.
 
-What the ring test (tests/faults/test_ring.py) saw before: with node 3 paused (SIGSTOP), 14–22 %
+What the ring test (tests/faults/test_ring.py) saw before: with node 3 paused (SIGSTOP), 14–34 %
 of ``/now`` reads failed with the driver's client-side ``OperationTimedOut``. The driver's v1/v2
 connection pool forgives timeouts, so a paused node whose heartbeats went unanswered stayed "up"
 with an empty pool, and every request routed to it waited there for the driver's fixed 2 s before
