@@ -59,6 +59,7 @@ from cassandra.policies import (
     RetryPolicy,
     RoundRobinPolicy,
     TokenAwarePolicy,
+    WrapperPolicy,
 )
 from cassandra.query import BatchStatement, BatchType, SimpleStatement, tuple_factory
 
@@ -101,6 +102,7 @@ __all__ = [
     "PROFILE_CAS",
     "PROFILE_SERIAL",
     "CassandraStore",
+    "ConnectedHostsFirstPolicy",
     "ContactPointDCPolicy",
     "connect_cluster",
     "translate_error",
@@ -154,6 +156,48 @@ class ContactPointDCPolicy(DCAwareRoundRobinPolicy):  # type: ignore[misc]
         if not self.local_dc and host.datacenter and host.endpoint in getattr(self, "_endpoints", ()):
             self.local_dc = host.datacenter
         super().on_up(host)
+
+
+class ConnectedHostsFirstPolicy(WrapperPolicy):  # type: ignore[misc]
+    """Puts the hosts whose connection pool holds no connection at the end of every query plan.
+
+    For native protocol v1/v2 (Cassandra 1.2), whose per-host pool is the driver's older
+    ``HostConnectionPool``. A node that stops answering (SIGSTOP, a long GC pause, a frozen VM)
+    fails its heartbeats and its connections are closed, but the driver's default conviction
+    policy forgives timeouts, so the host stays "up" while the pool tries to replace them (each
+    attempt waits out the connect timeout). A request routed to that host then waits up to 2 s
+    for a connection (the driver's fixed ``borrow_connection`` wait) before the next host is
+    tried — the whole request timeout: it fails with ``OperationTimedOut`` although the other
+    nodes could have answered (14–34 % of ``/now`` reads while a ring node was paused). On v3+
+    the driver marks such a host down itself.
+
+    The host keeps its place in the driver (up, its pool reconnecting as before: back in use
+    as soon as a connection succeeds), and is still tried when no host has a connection.
+    Connections are read from :meth:`Session.get_pool_state` (one ``in_flights`` entry per
+    connection in the pool) of the session given to :meth:`attach`; before that, the plan is
+    the child's."""
+
+    def __init__(self, child_policy: Any) -> None:
+        super().__init__(child_policy)
+        self._pool_state: Callable[[], Mapping[Any, Mapping[str, Any]]] | None = None
+
+    def attach(self, session: Any) -> None:
+        self._pool_state = session.get_pool_state
+
+    def make_query_plan(self, working_keyspace: str | None = None, query: Any = None) -> Iterator[Any]:
+        plan = self._child_policy.make_query_plan(working_keyspace, query)
+        states = self._pool_state() if self._pool_state is not None else {}
+        if not states:
+            yield from plan
+            return
+        unconnected = []
+        for host in plan:
+            state = states.get(host)
+            if state is not None and not state["shutdown"] and state["in_flights"]:
+                yield host
+            else:
+                unconnected.append(host)
+        yield from unconnected
 
 
 PROFILE_SERIAL: Final = "chronolock-serial"
@@ -217,6 +261,12 @@ def _idempotent(statement: Any) -> Any:
     so the driver may retry it or send it to a second replica (speculative execution)."""
     statement.is_idempotent = True
     return statement
+
+
+def _speculation(after: float) -> ConstantSpeculativeExecutionPolicy | None:
+    """Send an idempotent statement to one more coordinator when the first has not answered
+    within ``after`` seconds (``speculate_after``; 0 = never)."""
+    return ConstantSpeculativeExecutionPolicy(after, 1) if after > 0 else None
 
 
 def _ttl_seconds(ttl: float | None) -> int | None:
@@ -330,9 +380,7 @@ class _ModernDialect(_Dialect):
             return TokenAwarePolicy(child, shuffle_replicas=True)
 
         common: dict[str, Any] = {"request_timeout": timeout, "row_factory": tuple_factory}
-        speculation = (
-            ConstantSpeculativeExecutionPolicy(self._speculate_after, 1) if self._speculate_after > 0 else None
-        )
+        speculation = _speculation(self._speculate_after)
         return {
             # Last-write-wins reads and writes. Writes carry explicit timestamps, so they are
             # idempotent and the driver's default retry policy may safely resend them.
@@ -484,7 +532,11 @@ class _Cql12Dialect(_Dialect):
       as parameters (the driver escapes them client-side);
     * no lightweight transactions: compare-and-set is unsupported
       (:attr:`supports_lwt` is false, the store raises a clear StoreError);
-    * no ``IF NOT EXISTS`` in DDL (handled in cassandra_schema).
+    * no ``IF NOT EXISTS`` in DDL (handled in cassandra_schema);
+    * no speculative retry on the server (2.0+): the driver's speculative execution
+      (``speculate_after``) sends a slow statement to a second coordinator instead;
+    * the driver's v1/v2 connection pool keeps an unresponsive node "up" with no connection
+      (it forgives timeouts): :class:`ConnectedHostsFirstPolicy` sends requests elsewhere.
     """
 
     supports_lwt = False
@@ -492,6 +544,16 @@ class _Cql12Dialect(_Dialect):
 
     _NO_LIMIT: ClassVar[int] = 2_147_483_647
     """1.2 applies an implicit LIMIT 10000 and cannot page: an explicit maximum instead."""
+
+    def __init__(self, keyspace: str, *, speculate_after: float = 0.0) -> None:
+        super().__init__(keyspace)
+        self._speculate_after = speculate_after
+        self._balancing: list[ConnectedHostsFirstPolicy] = []
+
+    def attach(self, session: Any) -> None:
+        super().attach(session)
+        for policy in self._balancing:
+            policy.attach(session)
 
     def cluster_options(self, username: str | None, password: str | None) -> dict[str, Any]:
         options: dict[str, Any] = {"protocol_version": 1}
@@ -502,7 +564,9 @@ class _Cql12Dialect(_Dialect):
         return options
 
     def profiles(self, dc: str | None, timeout: float, *, local: bool) -> dict[object, ExecutionProfile]:
-        balancing = DCAwareRoundRobinPolicy(local_dc=dc) if dc else RoundRobinPolicy()
+        # Requests never wait on a node whose connections were all lost (ConnectedHostsFirstPolicy).
+        balancing = ConnectedHostsFirstPolicy(DCAwareRoundRobinPolicy(local_dc=dc) if dc else RoundRobinPolicy())
+        self._balancing.append(balancing)
         return {
             EXEC_PROFILE_DEFAULT: ExecutionProfile(
                 load_balancing_policy=balancing,
@@ -511,13 +575,18 @@ class _Cql12Dialect(_Dialect):
                 serial_consistency_level=None,
                 request_timeout=timeout,
                 row_factory=tuple_factory,
+                # 1.2 has no speculative retry of its own: a coordinator that is slow to answer
+                # (just resumed, replaying hints, collecting garbage, or waiting on a replica that
+                # gossip has not yet marked down) is overtaken by a second one. Every statement
+                # of this dialect is last-write-wins with an explicit timestamp, so idempotent.
+                speculative_execution_policy=_speculation(self._speculate_after),
             )
         }
 
     def put(self, table: str, row: str, column: str, value: str, *, timestamp: int, ttl: int | None) -> _Query:
         using = f"USING TIMESTAMP {int(timestamp)}" + ("" if ttl is None else f" AND TTL {int(ttl)}")
         cql = f"INSERT INTO {self.table(table)} (row, col, value) VALUES (%s, %s, %s) {using}"
-        return SimpleStatement(cql), (row, column, value)
+        return _idempotent(SimpleStatement(cql)), (row, column, value)
 
     def put_cells(self, table: str, row: str, cells: dict[str, str], timestamp: int, ttl: int | None) -> _Query:
         # 1.2 rejects the driver's BatchStatement; a literal batch string works.
@@ -527,15 +596,15 @@ class _Cql12Dialect(_Dialect):
         params: list[str] = []
         for column, value in cells.items():
             params += [row, column, value]
-        return SimpleStatement(cql), tuple(params)
+        return _idempotent(SimpleStatement(cql)), tuple(params)
 
     def delete(self, table: str, row: str, column: str, timestamp: int) -> _Query:
         cql = f"DELETE FROM {self.table(table)} USING TIMESTAMP {int(timestamp)} WHERE row = %s AND col = %s"
-        return SimpleStatement(cql), (row, column)
+        return _idempotent(SimpleStatement(cql)), (row, column)
 
     def get(self, table: str, row: str, column: str) -> _Query:
         cql = f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = %s AND col = %s"
-        return SimpleStatement(cql), (row, column)
+        return _idempotent(SimpleStatement(cql)), (row, column)
 
     def read_row(
         self, table: str, row: str, start: str, limit: int | None, end: str | None = None, reverse: bool = False
@@ -547,7 +616,7 @@ class _Cql12Dialect(_Dialect):
             f"SELECT col, value, WRITETIME(value) FROM {self.table(table)} WHERE row = %s AND col >= %s{upper}"
             f"{order} LIMIT {cap}"
         )
-        return SimpleStatement(cql), (row, start) if end is None else (row, start, end)
+        return _idempotent(SimpleStatement(cql)), (row, start) if end is None else (row, start, end)
 
 
 # -- connecting ---------------------------------------------------------------------------------
@@ -556,14 +625,13 @@ class _Cql12Dialect(_Dialect):
 def _dialect_for(url: StoreUrl) -> _Dialect:
     keyspace = _validated_keyspace(url.path)
     protocol_version = _int_option(url, "protocol_version")
+    speculate_after = url.float_option("speculate_after", DEFAULT_SPECULATE_AFTER)
     if protocol_version == 1:
-        return _Cql12Dialect(keyspace)
+        return _Cql12Dialect(keyspace, speculate_after=speculate_after)
     if protocol_version is not None and protocol_version < 3:
         # v2 (Cassandra 2.0) has LWT but no serial consistency on batches: unsupported.
         raise ConfigurationError(f"protocol_version={protocol_version} is not supported: use 1 (Cassandra 1.2) or 3+")
-    return _ModernDialect(
-        keyspace, protocol_version, speculate_after=url.float_option("speculate_after", DEFAULT_SPECULATE_AFTER)
-    )
+    return _ModernDialect(keyspace, protocol_version, speculate_after=speculate_after)
 
 
 def connect_cluster(
