@@ -64,10 +64,7 @@ class Nemesis:
         self.sim = sim
         self.events: list[FaultEvent] | None = None
         """Set to replay a given schedule instead of drawing one."""
-        self._leasewatch_disturbed: list[tuple[int, int, int]] = []
-        """(start, end, recovered) of each fault that disturbs leasewatch: the usual revocation bound
-        is not judged for a crash between start and end, and runs from ``recovered`` for a crash after
-        ``end`` (see :meth:`_mark`)."""
+        self._leasewatch_disturbed: list[tuple[int, int]] = []
 
     # -- drawing ----------------------------------------------------------------------------------
 
@@ -262,41 +259,39 @@ class Nemesis:
     # -- what the liveness checker needs -------------------------------------------------------------
 
     def _mark(self, target: str, start: int, end: int) -> None:
-        c = self.sim.config
-        rate = 1 + 2 * c.mono_ppm / 1e6
-        # A request leasewatch sent before a network fault ended may stay unanswered after it: its
-        # answer lost, or a slow leg, is settled only by the store driver's request timeout (on
-        # leasewatch's own clock), and the scan or due check waiting for it does nothing meanwhile
-        # (the "scan duration" of docs/guarantees.md). Found by the primitives search, seed 20261476:
-        # a scan's read lost 0.2 s before a lossy window ended timed out 1.8 s after it, and the dead
-        # leader's last renewal, written meanwhile, was first seen 1.6 s after it was made.
-        tail = int(self.sim.network.client_timeout * rate * NS)
         if target.startswith("lw"):
             # A leasewatch replica that crashed, paused or lost the store may have lost its partitions
             # (a restarted one is a new member): a dead holder in them is revoked within the take-over
             # (partition lease + grace + a refresh, leasewatch/partitions.py) plus the usual bound, so
-            # the usual bound is judged only from then on — or, if the replica kept its partitions
-            # through a cut-off, from its last request's timeout.
-            takeover = int((c.partition_lease + c.grace + 2 * c.scan_interval) * rate * NS)
-            recovered = end + max(takeover, tail)
-            self._leasewatch_disturbed.append((start, recovered, recovered))
+            # the usual bound is judged only from then on.
+            c = self.sim.config
+            takeover = (c.partition_lease + c.grace + 2 * c.scan_interval) * (1 + 2 * c.mono_ppm / 1e6)
+            self._leasewatch_disturbed.append((start, end + int(takeover * NS)))
         elif target == "*":
-            self._leasewatch_disturbed.append((start, end, end + tail))
+            self._leasewatch_disturbed.append((start, end))
 
     def _recovered_at(self, now: int) -> int:
-        """When leasewatch last came out of a disturbance (its take-over, or its last request's
-        timeout, included) before ``now``: a replica that takes partitions over has no observations
-        of their locks and watches each lease for a full lease + grace before it revokes
-        (leasewatch/partitions.py), and a replica waiting for an answer that never comes observes
-        nothing until its request times out, so the usual bound runs from then for a lease last
-        renewed before it."""
-        return max([recovered for _, end, recovered in self._leasewatch_disturbed if end <= now], default=0)
+        """When leasewatch last came out of a disturbance before ``now``: a replica that takes
+        partitions over has no observations of their locks and watches each lease for a full lease +
+        grace before it revokes (leasewatch/partitions.py), so the usual bound runs from then for a
+        lease last renewed before it.
+
+        Or, if later, when the last of leasewatch's requests that a network fault held up is settled
+        — answered, or given up by the store driver's request timeout (on leasewatch's own clock;
+        ``Network.stalled_until``), possibly after the fault ended: the scan or due check waiting for
+        it sees nothing meanwhile (the "scan duration" of docs/guarantees.md), so a renewal made
+        meanwhile is stamped when it ends. Found by the primitives search, seed 20261476: a scan's
+        read, its answer lost 0.23 s before a lossy window ended, timed out 1.78 s after it, and a
+        dead leader's last renewal, made meanwhile, was first seen 1.6 s after it was made."""
+        ended = max([end for start, end in self._leasewatch_disturbed if end <= now], default=0)
+        stalled = self.sim.network.stalled_until
+        return max([ended, *(stalled.get(lw.process.name, 0) for lw in self.sim.leasewatch)])
 
     def _healthy_until(self, now: int) -> int | None:
         """Until when leasewatch (and the network) stays undisturbed from ``now``, as far as the
         schedule says; None if it is disturbed now."""
         horizon = self.sim.end
-        for start, end, _ in self._leasewatch_disturbed:
+        for start, end in self._leasewatch_disturbed:
             if start <= now <= end:
                 return None
         upcoming = [
