@@ -174,7 +174,7 @@ class Nemesis:
                 sim.checkers.crashed(
                     process,
                     leasewatch_healthy_until=self._healthy_until(world.now),
-                    leasewatch_recovered_at=self._recovered_at(world.now),
+                    leasewatch_recovered_at=self.recovered_at(world.now),
                 )
             process.crash()
             world.at(end, lambda: self._restart(role))
@@ -270,7 +270,7 @@ class Nemesis:
         elif target == "*":
             self._leasewatch_disturbed.append((start, end))
 
-    def _recovered_at(self, now: int) -> int:
+    def recovered_at(self, now: int) -> int:
         """When leasewatch last came out of a disturbance before ``now``: a replica that takes
         partitions over has no observations of their locks and watches each lease for a full lease +
         grace before it revokes (leasewatch/partitions.py), so the usual bound runs from then for a
