@@ -806,18 +806,29 @@ class Watcher:
         waiters = [s for s in stale if not is_holder_column(s[0][1])]
         for key, _, _ in stale:
             self._leases.pop(key, None)
+        done: set[_Key] = set()
         try:
             if holders:
-                report.revoked += self._revoke_holders(holders, reads)
+                self._revoke_holders(holders, reads, done)
             if waiters:
-                report.revoked += self._revoke_waiters(waiters)
+                self._revoke_waiters(waiters, done)
         except StoreError as exc:
-            # Nothing is lost: the leases are read again (and found stale again) next time.
             report.errors.append(f"revocations: {public_error(exc)}")
             log.warning("revocations_failed", error=str(exc))
             self.observed.store_error("revoke", type(exc).__name__, public_error(exc))
+        finally:
+            report.revoked += len(done)
+            # Nothing is lost: a lease whose revocation failed keeps its observation, so the next
+            # look finds it still unchanged — stale at once — and tries again. (Forgotten, it was
+            # stamped afresh by that look and revoked a whole lease + grace later.) One that changed
+            # or went meanwhile is judged anew by that look, as any other.
+            for key, obs, _ in stale:
+                if key not in done and key not in self._leases and key[0] in self._locks:
+                    obs.queued = 0.0
+                    self._leases[key] = obs
 
-    def _revoke_holders(self, holders: list[_Stale], reads: _Reads) -> int:
+    def _revoke_holders(self, holders: list[_Stale], reads: _Reads, done: set[_Key]) -> None:
+        """Revoke these holders; the key of each one revoked goes into ``done`` as soon as it is."""
         # Each revocation writes an end record naming this attempt, in the same compare-and-set:
         # an outcome the store could not settle is settled by reading it back (_settle_revocation).
         ends = [
@@ -833,7 +844,6 @@ class Watcher:
         ]
         cleanup: list[Op] = []
         lookups: list[tuple[str, str]] = []
-        revoked = 0
         for i, result in self.store.compare_and_set_many(ops):
             (lock_id, column), obs, unchanged = holders[i]
             if isinstance(result, StoreError):
@@ -853,7 +863,7 @@ class Watcher:
             if main is not None:
                 cleanup.append(Delete(Table.BACKOFF_MAIN, lock_id, obs.owner, main.timestamp + 1))
             self._record(lock_id, obs.owner, f"lease unchanged for {unchanged:.1f}s", unchanged, holder=True)
-            revoked += 1
+            done.add(holders[i][0])
         if lookups:
             found = self.store.execute_all([Get(Table.QUEUE, lock_id, ticket) for lock_id, ticket in lookups])
             for (lock_id, ticket), got in zip(lookups, found, strict=True):
@@ -862,7 +872,6 @@ class Watcher:
         if cleanup:
             # If this fails, the cell is nobody's lease any more: it is revoked as a dead waiter later.
             self.store.execute_all(cleanup)
-        return revoked
 
     def _settle_revocation(self, lock_id: str, owner: str, end: str, ended_column: str = ENDED_COLUMN) -> bool:
         """A revocation whose outcome the store could not settle: read the row (SERIAL) — our end
@@ -878,7 +887,8 @@ class Watcher:
             return False
         return row.get(ended_column) == end
 
-    def _revoke_waiters(self, waiters: list[_Stale]) -> int:
+    def _revoke_waiters(self, waiters: list[_Stale], done: set[_Key]) -> None:
+        """Revoke these waiters; their keys go into ``done`` once their cells are deleted."""
         # Re-read right before deleting: a waiter that renewed since our look is alive.
         current = self.store.execute_all([Get(Table.QUEUE, key[0], key[1]) for key, _, _ in waiters])
         deletes: list[Op] = []
@@ -892,9 +902,9 @@ class Watcher:
             revoked.append(stale)
         if deletes:
             self.store.execute_all(deletes)
-        for (lock_id, _), obs, unchanged in revoked:
-            self._record(lock_id, obs.owner, f"lease unchanged for {unchanged:.1f}s", unchanged, holder=False)
-        return len(revoked)
+        for key, obs, unchanged in revoked:
+            self._record(key[0], obs.owner, f"lease unchanged for {unchanged:.1f}s", unchanged, holder=False)
+            done.add(key)
 
     def _revoke_holder(
         self,

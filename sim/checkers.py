@@ -645,7 +645,8 @@ class Checkers:
                 # and a scan, with both clocks' rate errors (2 × 500 ppm) and a slack for store round trips.
                 bound = (c.lease + c.grace + look + c.scan_interval) * (1 + 2 * c.mono_ppm / 1e6) + 0.5
                 # From the last renewal, or from leasewatch's recovery (a take-over starts watching
-                # afresh) if that came later.
+                # afresh; a request sent before a network fault ended is answered or timed out) if
+                # that came later (sim.nemesis.Nemesis._mark).
                 deadline = max(last, leasewatch_recovered_at) + int(bound * NS)
                 if leasewatch_healthy_until is not None and deadline <= leasewatch_healthy_until:
                     self.revocation_checks.append((lock_id, owner, last, deadline))

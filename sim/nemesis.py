@@ -174,7 +174,7 @@ class Nemesis:
                 sim.checkers.crashed(
                     process,
                     leasewatch_healthy_until=self._healthy_until(world.now),
-                    leasewatch_recovered_at=self._recovered_at(world.now),
+                    leasewatch_recovered_at=self.recovered_at(world.now),
                 )
             process.crash()
             world.at(end, lambda: self._restart(role))
@@ -270,12 +270,22 @@ class Nemesis:
         elif target == "*":
             self._leasewatch_disturbed.append((start, end))
 
-    def _recovered_at(self, now: int) -> int:
-        """When leasewatch last came out of a disturbance (its take-over included) before ``now``:
-        a replica that takes partitions over has no observations of their locks and watches each
-        lease for a full lease + grace before it revokes (leasewatch/partitions.py), so the usual
-        bound runs from then for a lease last renewed before it."""
-        return max([end for start, end in self._leasewatch_disturbed if end <= now], default=0)
+    def recovered_at(self, now: int) -> int:
+        """When leasewatch last came out of a disturbance before ``now``: a replica that takes
+        partitions over has no observations of their locks and watches each lease for a full lease +
+        grace before it revokes (leasewatch/partitions.py), so the usual bound runs from then for a
+        lease last renewed before it.
+
+        Or, if later, when the last of leasewatch's requests that a network fault held up is settled
+        — answered, or given up by the store driver's request timeout (on leasewatch's own clock;
+        ``Network.stalled_until``), possibly after the fault ended: the scan or due check waiting for
+        it sees nothing meanwhile (the "scan duration" of docs/guarantees.md), so a renewal made
+        meanwhile is stamped when it ends. Found by the primitives search, seed 20261476: a scan's
+        read, its answer lost 0.23 s before a lossy window ended, timed out 1.78 s after it, and a
+        dead leader's last renewal, made meanwhile, was first seen 1.6 s after it was made."""
+        ended = max([end for start, end in self._leasewatch_disturbed if end <= now], default=0)
+        stalled = self.sim.network.stalled_until
+        return max([ended, *(stalled.get(lw.process.name, 0) for lw in self.sim.leasewatch)])
 
     def _healthy_until(self, now: int) -> int | None:
         """Until when leasewatch (and the network) stays undisturbed from ``now``, as far as the

@@ -192,6 +192,10 @@ class SimCells:
         return CasResult(applied=True, current={**conditions, **updates})
 
 
+SLOW_LEG_NS = 50_000_000
+"""The shortest slow leg (a GC pause, a slow replica); an ordinary leg takes 0.1–3 ms."""
+
+
 class Network:
     """Delays and faults between processes and the store. All choices are seeded."""
 
@@ -216,6 +220,10 @@ class Network:
         quorum, or its link to it drops answers (token-aware routing pins a client's rows to a few
         coordinators). Its SERIAL re-reads fail too, so an unknown outcome of its stays unknown."""
         self.paxos_until = -1
+        self.stalled_until: dict[str, int] = {}
+        """Process name -> the latest virtual time at which one of its requests that a fault held up
+        (cut off, its answer lost, a slow leg) is settled: answered, or given up by the driver's
+        request timeout. The caller waits for it and does nothing else meanwhile."""
         """Until then (virtual ns) every Paxos round — compare-and-sets and SERIAL reads — times out,
         half of them after applying: a replica paused (a long GC, a frozen VM) stays "up" in gossip,
         and rounds needing it time out for the pause and some seconds after (cassandra-modern/README)."""
@@ -223,8 +231,12 @@ class Network:
     def delay(self) -> int:
         draw = self.rng.random
         if self.slow and draw() < self.slow:
-            return 50_000_000 + int(draw() * 1_450_000_000)  # 50–1500 ms
+            return SLOW_LEG_NS + int(draw() * 1_450_000_000)  # 50–1500 ms
         return 100_000 + int(draw() * 2_900_000)  # 0.1–3 ms
+
+    def stall(self, process: Process, until: int) -> None:
+        if until > self.stalled_until.get(process.name, 0):
+            self.stalled_until[process.name] = until
 
     def is_cut(self, process: Process) -> bool:
         return self.cut.get(process.name, -1) > self.world.now
@@ -339,6 +351,7 @@ class SimStoreClient(CellStore):
         self.requests += 1
         call = _Call(what)
         if net.is_cut(process):
+            net.stall(process, world.now + process.real_delay_ns(net.client_timeout))
             return call  # never arrives; the client times out
         draw = net.rng.random
         there, back = net.delay(), net.delay()
@@ -358,6 +371,9 @@ class SimStoreClient(CellStore):
         if cas and (world.now < net.paxos_until or world.now < net.paxos_for.get(process.name, -1)):
             # Times out: the answer never comes (the client's timeout settles it as unknown).
             unknown, unknown_applies, lost = True, draw() < 0.5, True
+        if lost or there + back >= SLOW_LEG_NS:
+            timeout = process.real_delay_ns(net.client_timeout)
+            net.stall(process, world.now + (timeout if lost else min(there + back, timeout)))
 
         def arrive() -> None:
             if unknown and not unknown_applies:

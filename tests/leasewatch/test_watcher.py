@@ -617,3 +617,51 @@ def test_an_idle_entry_stays_index_kept_s_after_its_idle_count_starts_whatever_o
         clock.now += 1.0
         w.scan()
         assert store.get(Table.INDEX, index_shard("kept"), "kept") is None, "an idle entry was kept for good"
+
+
+def test_a_revocation_that_failed_is_tried_again_at_the_next_look(store: CellStore, clock: FakeMonotonic) -> None:
+    """A store error while revoking loses nothing: the lease is still unchanged at the next look,
+    so it is stale at once and revoked then — not stamped afresh by that look and revoked a whole
+    lease + grace later (the observation used to be forgotten before the compare-and-set)."""
+    from lockclient.errors import StoreUnavailable
+
+    locker = RemoteLocker(store, lease=10.0)
+    lock = locker.get_lock("revoke-failed")
+    stop_renewing(locker, lock)
+    faulty = FaultyStore(store)
+    w = watcher(faulty, clock, grace=0.5)  # scan interval 1 s: a look every scan (lease / 10)
+    clock.now = 0.0
+    w.scan()  # first sighting: stale after 10.5 s
+    while clock.now < 10.0:
+        clock.now += 1.0
+        w.scan()
+    clock.now = 10.6
+    faulty.arm("compare_and_set", raise_before=StoreUnavailable("no answer"))
+    assert w.check_due().revoked == 0  # at its deadline: the revocation's compare-and-set fails
+    assert HOLDER_COLUMN in store.read_versioned("revoke-failed")
+    clock.now = 11.0
+    assert w.scan().revoked == 1, "the next look stamped the unchanged lease afresh"
+    assert HOLDER_COLUMN not in store.read_versioned("revoke-failed")
+    assert w.events[-1].owner == lock.owner
+    locker.close()
+
+
+def test_a_waiter_revocation_that_failed_is_tried_again_at_the_next_look(
+    store: CellStore, clock: FakeMonotonic
+) -> None:
+    from lockclient.errors import StoreUnavailable
+
+    ticket = make_ticket(50, "gone-waiter")
+    store.put(Table.INDEX, index_shard("waiter-failed"), "waiter-failed", "", timestamp=10)
+    store.put(Table.QUEUE, "waiter-failed", ticket, WaiterRecord("gone-waiter", 1, 2.0).encode(), timestamp=50)
+    faulty = FaultyStore(store)
+    w = watcher(faulty, clock, grace=0.5)
+    w.scan()  # first sighting: stale after 2.5 s
+    clock.now += 2.6
+    faulty.arm("get", raise_before=StoreUnavailable("no answer"), when=lambda table, *a, **k: table == Table.QUEUE)
+    report = w.scan()  # the re-read before the deletion fails
+    assert report.revoked == 0 and report.errors
+    assert store.get(Table.QUEUE, "waiter-failed", ticket) is not None
+    clock.now += 1.0
+    assert w.scan().revoked == 1, "the next look stamped the unchanged lease afresh"
+    assert store.get(Table.QUEUE, "waiter-failed", ticket) is None

@@ -123,3 +123,28 @@ def test_wall_clocks_step_run_fast_and_stop_while_real_time_goes_on() -> None:
     world.run(5 * NS)
     assert wall.now_ns() - start == -597 * NS
     assert wall.offset_ns() == -602 * NS
+
+
+def test_leasewatch_recovers_from_a_network_fault_when_its_held_up_request_is_settled() -> None:
+    """A request leasewatch sent while every answer was lost is settled only by the store driver's
+    timeout, after the fault ended: until then its scan sees nothing, so a holder that dies
+    meanwhile is judged from that timeout, not from the fault's end (CI's seed 20261476: a dead
+    leader's renewal made during such a wait was first seen 1.6 s after it, and the checker judged
+    the revocation from the fault's end)."""
+    from sim.nemesis import FaultEvent
+    from sim.scenario import Config, Simulation
+
+    sim = Simulation(20261476, Config(duration=4.0, quiet=1.0, clients=1, leasewatch=1, timesvc=0, faults="none"))
+    lossy = {"lose_reply": 1.0, "cas_unknown": 0.0, "refuse": 0.0, "slow": 0.0}
+    sim.nemesis.events = [FaultEvent(1.0, "lossy", "*", 0.5, lossy)]
+    sim.run()
+    process = sim.leasewatch[0].process
+    stalled = sim.network.stalled_until[process.name]
+    timeout = process.real_delay_ns(sim.network.client_timeout)
+    # Sent while answers were lost (1.0-1.5 s): given up by the driver's timeout, after the fault.
+    assert int(1.5 * NS) < stalled <= int(1.5 * NS) + timeout
+    assert stalled >= int(1.0 * NS) + timeout
+    # A crash after the fault's end but during that wait is judged from the wait's end.
+    assert sim.nemesis.recovered_at(int(1.6 * NS)) == stalled
+    # Later faults-free waits change nothing: the recovery stays where the last held-up request ended.
+    assert sim.nemesis.recovered_at(sim.end) == stalled
