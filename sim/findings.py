@@ -95,10 +95,11 @@ def _restore_23_3() -> None:
     simstore.translate_error = old_translate_error  # type: ignore[attr-defined]
     settle = algorithm._settle
 
-    def old_settle(services: object, attempt: object, record: object, cause: StoreError) -> object:
+    def old_settle(services: object, attempt: object, record: object, cause: StoreError, *rest: object) -> object:
         if not isinstance(cause, StoreUnavailable):
             raise cause  # the old grant: anything but "unavailable" escaped, the record stayed
-        return settle(services, attempt, record, cause)  # type: ignore[arg-type]
+        # (``rest``: the holder column a semaphore's or read-write lock's grant settles, added since.)
+        return settle(services, attempt, record, cause, *rest)  # type: ignore[arg-type]
 
     algorithm._settle = old_settle  # type: ignore[assignment]
 

@@ -23,7 +23,12 @@ MAX_SEEDS = {
     "misconfigured-replica-adopts-its-clock": 60,
     "wall-step-stops-leasewatch": 300,
     "released-lock-reported-lost": 150,
-    "orphaned-grant": 300,
+    # "orphaned-grant" is not hunted here: since 17513fe gave algorithm._settle a fifth argument, its
+    # restore (sim/findings.py) raised a TypeError on every grant it handled, and the hunt "found"
+    # that ("errors"). With the restore fixed (2026-12-07), random search of the `unknown` profile
+    # found nothing in ~550 CPU-seconds: the simulator no longer demonstrates this finding (an
+    # orphaned holder record is now revoked within the bound, so nothing it checks is violated).
+    # The fix itself stays proved by tests/lock/test_exact_outcomes.py, which fails on the old code.
     "renewal-dated-from-retry": 200,
     # Issue 27's one-round hand-over: its two known broken variants.
     "handover-to-the-second-in-line": 150,
