@@ -127,14 +127,20 @@ def main() -> int:
         for _, proc, _ in children:
             if proc.poll() is None:
                 proc.terminate()
+        deadline = time.monotonic() + 10  # 10 s for all of them, not 10 s each
         for name, proc, _ in children:
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 print(f"{name} did not stop in 10 s; killing it", file=sys.stderr)
                 proc.kill()
 
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C stops everything however this was started: a command run in the background of a
+    # non-interactive shell (`... &` in a script, a CI runner) inherits SIGINT ignored, and Python
+    # then installs no KeyboardInterrupt handler — SIGINT did nothing, and a test's SIGINT found the
+    # stack still up 30 s later (its children were left running when it was killed).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         for name, command, extra, port in plan:
             env = {**os.environ, "CHRONOLOCK_STORE_URL": store_url, **extra}

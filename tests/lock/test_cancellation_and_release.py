@@ -62,7 +62,9 @@ def test_cancelling_aget_lock_twice_never_leaks_a_held_lock(store: CellStore, sq
 
         asyncio.run(scenario())
         wait_until(lambda: first.status("dc").holders == [] and first.status("dc").queue == [], "the lock to be free")
-        assert not second._services.keeper._holders, "a lease nobody holds is still being renewed"
+        # The lease leaves the keeper once its release is done, just after the lock is seen free: a
+        # point check raced that on a loaded machine. What must not happen is that it stays.
+        wait_until(lambda: not second._services.keeper._holders, "the keeper to stop renewing a lease nobody holds")
         again = first.try_get_lock("dc")
         assert again is not None and again.fencing_token == holder.fencing_token + 2
         again.release()
