@@ -202,7 +202,7 @@ def new_waiter(services: Services, attempt: Acquisition, **fields: Any) -> tuple
     # Every time, not only the first: leasewatch notices a new contender by its lock's index entry
     # changing, and drops idle ids from the index (a re-listing must never depend on this process
     # remembering it).
-    entry = Put(Table.INDEX, index_shard(attempt.lock_id), attempt.lock_id, "", stamp)
+    entry = _index_entry(attempt.lock_id, stamp)
     if services.listings.listed(attempt.lock_id, services.monotonic()):
         return waiter, now, stamp, [entry]
     _list(services, attempt, entry, taken)
@@ -218,12 +218,17 @@ def confirm_listed(services: Services, attempt: Acquisition, beside: list[Op]) -
     acknowledged = services.monotonic()
     if beside and attempt.ticket_taken is not None:
         services.listings.note(lock_id, attempt.ticket_taken[1], acknowledged)
-    if services.listings.covered(lock_id, acknowledged):
+    if services.listings.listed(lock_id, acknowledged):
         return
     log.warning("listing_again", lock_id=lock_id, reason="the enqueue was acknowledged late")
     taken = services.monotonic()
     stamp = services.timestamps.next(attempt.io(lambda: take_ticket_time(services.clock)))
-    _list(services, attempt, Put(Table.INDEX, index_shard(lock_id), lock_id, "", stamp), taken)
+    _list(services, attempt, _index_entry(lock_id, stamp), taken)
+
+
+def _index_entry(lock_id: str, stamp: int) -> Put:
+    """The lock's index entry (how leasewatch finds it), stamped ``stamp``."""
+    return Put(Table.INDEX, index_shard(lock_id), lock_id, "", stamp)
 
 
 def _list(services: Services, attempt: Acquisition, entry: Put, since: float) -> None:

@@ -25,7 +25,8 @@ index write. An acquisition of a lock that is not listed writes the entry first,
 waits for it (one plain round trip); one of a listed lock sends the entry beside its queue
 cell (a changed entry is how leasewatch notices a new contender) without waiting for it. And
 whichever it did, the acquisition checks that its writes were acknowledged while the lock was
-still surely listed (:meth:`Listings.covered`); one held up longer than that — a pause of the
+still surely listed (:meth:`Listings.listed` at the acknowledgement: the writes landed before
+it); one held up longer than that — a pause of the
 process, a store that answered late — lists the lock again before it goes on.
 
 What is left: a process that stalls for more than ``LISTED_FOR_S`` between listing the lock
@@ -72,6 +73,8 @@ class Listings:
         return None if since is None else since + self.listed_for
 
     def listed(self, lock_id: str, now: float) -> bool:
+        """Whether the lock is surely listed at ``now`` (monotonic) — also asked of the moment an
+        enqueue was acknowledged: its writes landed before that."""
         until = self.listed_until(lock_id)
         return until is not None and now < until
 
@@ -88,12 +91,6 @@ class Listings:
                 if at >= horizon:
                     break
                 del self._since[oldest]
-
-    def covered(self, lock_id: str, acknowledged_at: float) -> bool:
-        """Whether writes acknowledged at ``acknowledged_at`` (monotonic) landed while the lock
-        was surely listed: they landed before their acknowledgement."""
-        until = self.listed_until(lock_id)
-        return until is not None and acknowledged_at < until
 
     def __len__(self) -> int:
         with self._lock:

