@@ -363,8 +363,11 @@ def test_run_concurrently_keeps_order_and_raises_after_all_ran(store: CellStore)
 
 def test_put_cells_with_ttl(store: CellStore) -> None:
     row = fresh_row()
-    store.put_cells(Table.GLOBAL_TIME, row, {"a": "1", "b": "2"}, timestamp=7, ttl=1)
-    assert {c.column for c in store.read_row(Table.GLOBAL_TIME, row)} == {"a", "b"}
+    sent = time.monotonic()
+    store.put_cells(Table.GLOBAL_TIME, row, {"a": "1", "b": "2"}, timestamp=7, ttl=2)
+    seen = {c.column for c in store.read_row(Table.GLOBAL_TIME, row)}
+    if time.monotonic() - sent < 2:  # (a node stalled at load ~17 answered after the cells expired)
+        assert seen == {"a", "b"}
     deadline = time.monotonic() + 10
     while store.read_row(Table.GLOBAL_TIME, row):
         assert time.monotonic() < deadline, "TTL'd cells did not expire"
