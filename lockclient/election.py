@@ -188,8 +188,7 @@ class Election:
     async def acampaign(self, timeout: float | None = None, *, max_hold: float | None = None) -> Leadership:
         """asyncio twin of :meth:`campaign`: no thread per candidate; cancelling the awaiting task
         withdraws the candidacy (and resigns a term granted just then)."""
-        from lockclient.locker import _check_timeout
-        from lockclient.permits import on_loop
+        from lockclient.locker import _check_timeout, aacquire
 
         _check_timeout(timeout)
         self.locker._check_open()
@@ -199,7 +198,7 @@ class Election:
                 self.name, deadline, cancel, max_hold, blocking=True, runtime=runtime, stamp=True
             )
 
-        lock = await on_loop(acquire, timeout)
+        lock = await aacquire(acquire, self.name, timeout)
         assert lock is not None
         return self._elected_with(lock)
 

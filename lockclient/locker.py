@@ -31,8 +31,9 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from lockclient import metrics, shutdown
 from lockclient.algorithm import Acquisition, Algorithm, Services, Timestamps
@@ -93,6 +94,18 @@ TIMEOUT_GRACE_S = 0.05
 """``aget_lock`` raises LockTimeout this long after its deadline at the latest, whatever the store
 does (at the deadline itself when no store call of the acquisition is under way); an acquisition
 still busy then (its last look, withdrawing its cell) finishes in the background."""
+
+H = TypeVar("H", bound="Releasable")
+
+
+class Releasable(Protocol):
+    def release(self) -> bool: ...
+
+
+OnLoopAcquire = Callable[["AsyncioRuntime", Event, float | None], H | None]
+"""A blocking-style acquisition run on the event loop by :func:`aacquire`: given the asyncio
+runtime, the event that cancels it and its deadline (on the runtime's monotonic clock), it returns
+what it acquired (released if nobody awaits it any more), or None (not blocking, busy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,50 +308,20 @@ def _caller() -> object:
 
 
 class _AsyncAcquisition:
-    """What one ``aget_lock``/``atry_get_lock`` shares between its caller (a coroutine) and its
-    run (a greenlet): an object with slots rather than closures — a thousand waiters are a
-    thousand of these, and every closure cell is one more object for CPython's collector to walk."""
+    """What one asyncio acquisition (``aget_lock``, ``aget_semaphore``, ``aget_read_lock``,
+    ``acampaign``, their ``atry_`` twins) shares between its caller (a coroutine) and its run (a
+    greenlet): an object with slots rather than closures — a thousand waiters are a thousand of
+    these, and every closure cell is one more object for CPython's collector to walk."""
 
-    __slots__ = (
-        "abandoned",
-        "blocking",
-        "cancel",
-        "deadline",
-        "dealt_with",
-        "label",
-        "lock_id",
-        "locker",
-        "max_hold",
-        "min_hold",
-        "notice",
-        "payload",
-        "progress",
-        "runtime",
-    )
+    __slots__ = ("abandoned", "cancel", "deadline", "dealt_with", "fn", "lock_id", "notice", "progress", "runtime")
 
-    def __init__(
-        self,
-        locker: RemoteLocker,
-        lock_id: str,
-        deadline: float | None,
-        max_hold: float | None,
-        blocking: bool,
-        runtime: AsyncioRuntime,
-        min_hold: float | None,
-        label: str,
-        payload: str,
-    ) -> None:
+    def __init__(self, fn: OnLoopAcquire[Any], lock_id: str, deadline: float | None, runtime: AsyncioRuntime) -> None:
         from lockclient.runtime.aio import Progress
 
-        self.locker = locker
+        self.fn = fn
         self.lock_id = lock_id
         self.deadline = deadline
-        self.max_hold = max_hold
-        self.blocking = blocking
         self.runtime = runtime
-        self.min_hold = min_hold
-        self.label = label
-        self.payload = payload
         self.cancel = runtime.event()
         self.progress = Progress()
         self.abandoned = False
@@ -347,30 +330,20 @@ class _AsyncAcquisition:
         self.notice: asyncio.Future[None] = runtime.loop.create_future()
         """What the caller awaits now: resolved when the run ends, or by a deadline."""
 
-    def acquire(self) -> RemoteLock | None:
+    def acquire(self) -> Any:
         """The run's function (in its greenlet)."""
-        return self.locker._acquire(
-            self.lock_id,
-            self.deadline,
-            self.cancel,
-            self.max_hold,
-            blocking=self.blocking,
-            runtime=self.runtime,
-            min_hold=self.min_hold,
-            label=self.label,
-            payload=self.payload,
-        )
+        return self.fn(self.runtime, self.cancel, self.deadline)
 
     def notify(self) -> None:
         if not self.notice.done():
             self.notice.set_result(None)
 
-    def finished(self, result: asyncio.Future[RemoteLock | None]) -> None:
+    def finished(self, result: asyncio.Future[Any]) -> None:
         """The run has ended (its ``on_done``)."""
         self.notify()
         self.settled(result)
 
-    def settled(self, result: asyncio.Future[RemoteLock | None]) -> None:
+    def settled(self, result: asyncio.Future[Any]) -> None:
         """When the run ends, and by the caller leaving once it has ended: acts once, and only
         for an outcome nobody awaits any more."""
         if result.cancelled():
@@ -655,119 +628,33 @@ class RemoteLocker:
         label: str = "",
         payload: str = "",
     ) -> RemoteLock | None:
-        # The outcome's error is raised here, not where it was decided: an exception's traceback
-        # keeps every frame it passed through alive with all their locals, and the frame below
-        # holds the whole acquisition (its run, its state, the run's own error and that error's
-        # frames) — ~60 objects for the collector per LockTimeout an application keeps (logs
-        # later, stores in a result). This frame holds the arguments only.
-        outcome = await self._aacquisition(
-            lock_id, timeout, max_hold, blocking=blocking, min_hold=min_hold, label=label, payload=payload
+        return await aacquire(
+            partial(self._acquire_on_loop, lock_id, max_hold, blocking, min_hold, label, payload), lock_id, timeout
         )
-        if isinstance(outcome, BaseException):
-            try:
-                raise outcome
-            finally:
-                # The error's traceback holds this frame: without the `del`, the frame would hold
-                # the error in turn, a reference cycle per LockTimeout left to the collector.
-                del outcome
-        return outcome
 
-    async def _aacquisition(
+    def _acquire_on_loop(
         self,
         lock_id: str,
-        timeout: float | None,
         max_hold: float | None,
-        *,
         blocking: bool,
         min_hold: float | None,
         label: str,
         payload: str,
-    ) -> RemoteLock | BaseException | None:
-        """:meth:`_aacquire`'s work: the lock, None (not blocking, busy), or the error to raise
-        (never raised here but on cancellation)."""
-        import asyncio
-
-        from lockclient.runtime.aio import AsyncioRuntime, _Run
-
-        runtime = AsyncioRuntime.current()
-        loop = runtime.loop
-        deadline = None if timeout is None else runtime.monotonic() + timeout
-        admission = runtime.pacer.admit(deadline)
-        # A burst of calls (a thousand tasks started together) comes in a slice at a time: each
-        # waits here, a future, until it is let in — or told its deadline passed first, having done
-        # nothing that needs undoing.
-        if admission is not None and not await admission:
-            return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
-        # The acquisition runs in a greenlet driven by callbacks (lockclient.runtime.aio, _Run),
-        # not by a task: its first step, and every step after a wait, takes its turn at the loop's
-        # pacer — a burst of a thousand calls comes onto the loop in slices. It learns of the
-        # caller's cancellation or timeout through `cancel`, and cleans up (withdraws its queue
-        # cell) by itself; its outcome is `run.result`, which this coroutine never awaits
-        # directly (a cancellation of the caller must not cancel it).
-        state = _AsyncAcquisition(self, lock_id, deadline, max_hold, blocking, runtime, min_hold, label, payload)
-        cancel = state.cancel
-        run: _Run[RemoteLock | None] = _Run(
-            runtime, state.acquire, on_cancel=cancel.set, progress=state.progress, on_done=state.finished
+        runtime: AsyncioRuntime,
+        cancel: Event,
+        deadline: float | None,
+    ) -> RemoteLock | None:
+        return self._acquire(
+            lock_id,
+            deadline,
+            cancel,
+            max_hold,
+            blocking=blocking,
+            runtime=runtime,
+            min_hold=min_hold,
+            label=label,
+            payload=payload,
         )
-        result = run.result
-        deadlines = runtime.deadlines
-        expiry: int | None = None
-        if deadline is not None:
-            # The deadline is an entry in the loop's one deadline heap, not a timer of its own, and
-            # its wake-up takes its turn at the pacer (a thousand deadlines that fall together wake
-            # their callers a slice at a time, not all in one iteration). The run leaves its
-            # deadline to it: a wait of its that would last until the deadline sets no timer —
-            # this coroutine sets `cancel` once the deadline has passed (below), which ends it.
-            expiry = deadlines.add(deadline, state)
-            run.deadline, run.deadline_event = deadline, cancel
-        runtime.start(run)
-        try:
-            await state.notice
-            if not result.done() and state.progress.in_io:
-                # The acquisition honours its deadline by itself, but what it does after it — a
-                # last look, withdrawing its queue cell — is store calls, which can queue behind
-                # other work (a thousand waiters timing out at once, the renewals of their leases):
-                # 0.4 s late in issue 25. One with a store call of its own under way (a grant may be
-                # landing) gets TIMEOUT_GRACE_S more; one that merely waits has nothing that could
-                # still grant it the lock: LockTimeout now, its clean-up in the background — not
-                # after it had its turn on the loop behind a thousand others whose deadlines fell
-                # at the same moment.
-                assert deadline is not None and expiry is not None
-                state.notice = loop.create_future()
-                deadlines.discard(expiry)
-                expiry = deadlines.add(deadline + TIMEOUT_GRACE_S, state)
-                await state.notice
-            if result.done():
-                if result.cancelled():  # (only a drop cancels it, and only below)
-                    return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
-                error = result.exception()
-                return result.result() if error is None else error
-            state.abandoned = True
-            cancel.set()
-            if run.drop():
-                # Its first turn never came: nothing was written, nothing to clean up.
-                return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
-            return LockTimeout(
-                "timed out waiting for the lock (its clean-up finishes in the background)", lock_id=lock_id
-            )
-        except asyncio.CancelledError:
-            # No await may stand between here and `abandoned = True`: a second cancellation
-            # landing on it would leave a granted lock renewed forever.
-            state.abandoned = True
-            cancel.set()
-            if run.drop():
-                raise
-            if result.done():
-                state.settled(result)
-                raise
-            # Let the acquisition finish its clean-up, if we may wait (cancelled again: we go, and
-            # it finishes in the background).
-            with contextlib.suppress(BaseException):
-                await asyncio.wait([result])
-            raise
-        finally:
-            if expiry is not None:
-                deadlines.discard(expiry)
 
     def status(self, lock_id: str) -> LockStatus:
         """Holder, fencing token, queue in order and leases of one lock (linearizable lease row)."""
@@ -1301,3 +1188,113 @@ def _semaphore(limit: int) -> Shape:
 
 def _rw(max_readers: int, mode: Literal["r", "w"]) -> Shape:
     return Shape("rwlock", max_readers, mode)
+
+
+async def aacquire(acquire: OnLoopAcquire[H], lock_id: str, timeout: float | None) -> H | None:
+    """Run ``acquire`` on the running event loop (:mod:`lockclient.runtime.aio`) — how every
+    asyncio acquisition runs (locks, semaphores, read-write locks, elections): no thread per
+    waiter; admitted by the loop's pacer (a burst comes in a slice at a time); its deadline an
+    entry in the loop's one deadline heap, :class:`LockTimeout` at most ``TIMEOUT_GRACE_S`` after
+    it whatever the store does; cancelling the awaiting task cancels the acquisition and cleans up
+    — however many times it is cancelled, and even if it was granted just then (what nobody
+    awaits any more is released)."""
+    # The outcome's error is raised here, not where it was decided: an exception's traceback
+    # keeps every frame it passed through alive with all their locals, and the frame below
+    # holds the whole acquisition (its run, its state, the run's own error and that error's
+    # frames) — ~60 objects for the collector per LockTimeout an application keeps (logs
+    # later, stores in a result). This frame holds the arguments only.
+    outcome = await _aacquisition(acquire, lock_id, timeout)
+    if isinstance(outcome, BaseException):
+        try:
+            raise outcome
+        finally:
+            # The error's traceback holds this frame: without the `del`, the frame would hold
+            # the error in turn, a reference cycle per LockTimeout left to the collector.
+            del outcome
+    return outcome
+
+
+async def _aacquisition(acquire: OnLoopAcquire[H], lock_id: str, timeout: float | None) -> H | BaseException | None:
+    """:func:`aacquire`'s work: what was acquired, None (not blocking, busy), or the error to
+    raise (never raised here but on cancellation)."""
+    import asyncio
+
+    from lockclient.runtime.aio import AsyncioRuntime, _Run
+
+    runtime = AsyncioRuntime.current()
+    loop = runtime.loop
+    deadline = None if timeout is None else runtime.monotonic() + timeout
+    admission = runtime.pacer.admit(deadline)
+    # A burst of calls (a thousand tasks started together) comes in a slice at a time: each
+    # waits here, a future, until it is let in — or told its deadline passed first, having done
+    # nothing that needs undoing.
+    if admission is not None and not await admission:
+        return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
+    # The acquisition runs in a greenlet driven by callbacks (lockclient.runtime.aio, _Run),
+    # not by a task: its first step, and every step after a wait, takes its turn at the loop's
+    # pacer — a burst of a thousand calls comes onto the loop in slices. It learns of the
+    # caller's cancellation or timeout through `cancel`, and cleans up (withdraws its queue
+    # cell) by itself; its outcome is `run.result`, which this coroutine never awaits
+    # directly (a cancellation of the caller must not cancel it).
+    state = _AsyncAcquisition(acquire, lock_id, deadline, runtime)
+    cancel = state.cancel
+    run: _Run[H | None] = _Run(
+        runtime, state.acquire, on_cancel=cancel.set, progress=state.progress, on_done=state.finished
+    )
+    result = run.result
+    deadlines = runtime.deadlines
+    expiry: int | None = None
+    if deadline is not None:
+        # The deadline is an entry in the loop's one deadline heap, not a timer of its own, and
+        # its wake-up takes its turn at the pacer (a thousand deadlines that fall together wake
+        # their callers a slice at a time, not all in one iteration). The run leaves its
+        # deadline to it: a wait of its that would last until the deadline sets no timer —
+        # this coroutine sets `cancel` once the deadline has passed (below), which ends it.
+        expiry = deadlines.add(deadline, state)
+        run.deadline, run.deadline_event = deadline, cancel
+    runtime.start(run)
+    try:
+        await state.notice
+        if not result.done() and state.progress.in_io:
+            # The acquisition honours its deadline by itself, but what it does after it — a
+            # last look, withdrawing its queue cell — is store calls, which can queue behind
+            # other work (a thousand waiters timing out at once, the renewals of their leases):
+            # 0.4 s late in issue 25. One with a store call of its own under way (a grant may be
+            # landing) gets TIMEOUT_GRACE_S more; one that merely waits has nothing that could
+            # still grant it the lock: LockTimeout now, its clean-up in the background — not
+            # after it had its turn on the loop behind a thousand others whose deadlines fell
+            # at the same moment.
+            assert deadline is not None and expiry is not None
+            state.notice = loop.create_future()
+            deadlines.discard(expiry)
+            expiry = deadlines.add(deadline + TIMEOUT_GRACE_S, state)
+            await state.notice
+        if result.done():
+            if result.cancelled():  # (only a drop cancels it, and only below)
+                return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
+            error = result.exception()
+            return result.result() if error is None else error
+        state.abandoned = True
+        cancel.set()
+        if run.drop():
+            # Its first turn never came: nothing was written, nothing to clean up.
+            return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
+        return LockTimeout("timed out waiting for the lock (its clean-up finishes in the background)", lock_id=lock_id)
+    except asyncio.CancelledError:
+        # No await may stand between here and `abandoned = True`: a second cancellation
+        # landing on it would leave a granted lock renewed forever.
+        state.abandoned = True
+        cancel.set()
+        if run.drop():
+            raise
+        if result.done():
+            state.settled(result)
+            raise
+        # Let the acquisition finish its clean-up, if we may wait (cancelled again: we go, and
+        # it finishes in the background).
+        with contextlib.suppress(BaseException):
+            await asyncio.wait([result])
+        raise
+    finally:
+        if expiry is not None:
+            deadlines.discard(expiry)

@@ -10,9 +10,6 @@ its own fencing token, a lease renewed by the locker's keeper, ``lost`` / ``on_l
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
 
@@ -20,17 +17,17 @@ from lockclient import metrics
 from lockclient.algorithm import Acquisition
 from lockclient.errors import LockCancelled, LockTimeout
 from lockclient.lease import HeldLease
-from lockclient.locker import RemoteLock, RemoteLocker
+from lockclient.locker import RemoteLock, RemoteLocker, aacquire
 from lockclient.lockid import primitive_row, validate_lock_id
 from lockclient.logs import get_logger
 from lockclient.runtime import Event, Runtime
-from lockclient.runtime.aio import AioWakeups, AsyncioRuntime, BlockingStore, run_in_greenlet
+from lockclient.runtime.aio import AioWakeups, AsyncioRuntime, BlockingStore
 from lockclient.sharedqueue import Shape, SharedQueue
 from lockclient.store import CellStore
 from lockclient.store.counting import CountingStore, OpCounts
 from lockclient.wake import Wakeups
 
-__all__ = ["DEFAULT_MAX_READERS", "Permit", "aacquire_permit", "acquire_permit", "on_loop"]
+__all__ = ["DEFAULT_MAX_READERS", "Permit", "aacquire_permit", "acquire_permit"]
 
 log = get_logger("lockclient")
 
@@ -162,7 +159,8 @@ async def aacquire_permit(
     label: str = "",
     payload: str = "",
 ) -> Permit | None:
-    """asyncio twin of :func:`acquire_permit`, on the event loop (see :func:`on_loop`)."""
+    """asyncio twin of :func:`acquire_permit`, on the event loop like ``aget_lock``
+    (:func:`lockclient.locker.aacquire`: the loop's pacer and deadline heap, no thread per waiter)."""
     validate_lock_id(name)
     locker._check_open()
 
@@ -180,38 +178,4 @@ async def aacquire_permit(
             payload=payload,
         )
 
-    return await on_loop(acquire, timeout)
-
-
-async def on_loop(
-    acquire: Callable[[AsyncioRuntime, Event, float | None], L | None], timeout: float | None
-) -> L | None:
-    """Run a blocking-style acquisition in a greenlet on the running event loop — the pattern of
-    :meth:`RemoteLocker._aacquire`: no thread per waiter; cancelling the awaiting task cancels the
-    acquisition, which cleans up by itself (however often it is cancelled); a grant nobody awaits
-    any more is released."""
-    runtime = AsyncioRuntime.current()
-    cancel = runtime.event()
-    abandoned = False
-    deadline = None if timeout is None else runtime.monotonic() + timeout
-
-    def release_if_abandoned(task: asyncio.Future[L | None]) -> None:
-        if abandoned and not task.cancelled() and task.exception() is None:
-            held = task.result()
-            if held is not None:
-                runtime.submit_blocking(held.release)  # granted, but the caller is gone
-
-    task = asyncio.ensure_future(run_in_greenlet(lambda: acquire(runtime, cancel, deadline), on_cancel=cancel.set))
-    task.add_done_callback(release_if_abandoned)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        # No await between here and `abandoned = True` (a second cancellation there would leave a
-        # granted permit renewed forever).
-        cancel.set()
-        abandoned = True
-        if task.done():
-            release_if_abandoned(task)
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(task)
-        raise
+    return await aacquire(acquire, primitive_row(name, shape.kind), timeout)

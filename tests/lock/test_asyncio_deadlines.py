@@ -256,3 +256,63 @@ def test_a_run_waits_without_a_timer_only_when_its_caller_ends_the_wait() -> Non
         assert not aio._ended_by_deadline(120, event), "outside a run, a wait always sets its timer"
 
     asyncio.run(scenario())
+
+
+PRIMITIVE_WAITERS = 60
+
+
+def _held_and_waiting(locker: RemoteLocker, kind: str) -> tuple[Callable[[], Any], Callable[[float], Any]]:
+    """What holds ``kind`` (a blocking call, run in a thread) and what waits for it (an awaitable)."""
+    if kind == "semaphore":
+        return (lambda: locker.get_semaphore("shared", 1)), (lambda t: locker.aget_semaphore("shared", 1, timeout=t))
+    if kind == "read-lock":
+        return (lambda: locker.get_write_lock("shared")), (lambda t: locker.aget_read_lock("shared", timeout=t))
+    if kind == "write-lock":
+        return (lambda: locker.get_read_lock("shared")), (lambda t: locker.aget_write_lock("shared", timeout=t))
+    assert kind == "election"
+    election = locker.election("shared")
+    return election.campaign, (lambda t: election.acampaign(timeout=t))
+
+
+@pytest.mark.parametrize("kind", ["semaphore", "read-lock", "write-lock", "election"])
+def test_every_asyncio_primitive_waits_on_the_loops_deadline_heap(
+    store: CellStore, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Semaphores, read-write locks and elections run on the loop exactly like ``aget_lock``
+    (``lockclient.locker.aacquire``): each waiter's deadline is an entry in the loop's one heap
+    (they had a greenlet task each with its own timers, and no pacer), LockTimeout comes no sooner
+    than the deadline, and the heap is left empty."""
+
+    added: list[float] = []
+    add = _Deadlines.add
+
+    def counting_add(self: _Deadlines, when: float, *args: Any, **kwargs: Any) -> Any:
+        added.append(when)
+        return add(self, when, *args, **kwargs)
+
+    monkeypatch.setattr(_Deadlines, "add", counting_add)
+
+    async def scenario() -> None:
+        with RemoteLocker(store, lease=10) as locker:
+            hold, wait = _held_and_waiting(locker, kind)
+            held = await asyncio.to_thread(hold)
+            runtime = AsyncioRuntime.current()
+            timeout = 2.0
+            outcomes: list[float] = []
+
+            async def expires() -> None:
+                began = time.monotonic()
+                with pytest.raises(LockTimeout):
+                    await wait(timeout)
+                outcomes.append(time.monotonic() - began - timeout)
+
+            await asyncio.gather(*(expires() for _ in range(PRIMITIVE_WAITERS)))
+            # One entry per waiter (a waiter whose store call was under way at its deadline adds one
+            # more, TIMEOUT_GRACE_S later).
+            assert len(added) >= PRIMITIVE_WAITERS, f"{len(added)} heap deadlines for {PRIMITIVE_WAITERS} waiters"
+            assert len(outcomes) == PRIMITIVE_WAITERS
+            assert min(outcomes) >= 0, f"a LockTimeout {-min(outcomes) * 1000:.3f} ms before its deadline"
+            assert len(runtime.deadlines) == 0 and not runtime.deadlines.armed
+            await asyncio.to_thread(held.resign if kind == "election" else held.release)
+
+    asyncio.run(scenario())
