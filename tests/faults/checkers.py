@@ -127,7 +127,8 @@ class Acquisition:
     enqueued: int | None = None
     """When its queue cell was written (``RemoteLock.enqueued_at``, monotonic ns), where recorded."""
     looked: int | None = None
-    """When the queue read that decided its grant started (``RemoteLock.looked_at``), where recorded."""
+    """When the queue read that decided its grant started (``RemoteLock.looked_at``; for a lock
+    handed over by a release, the releaser's read — its ``handed_look``), where recorded."""
 
 
 class History:
@@ -281,6 +282,13 @@ class History:
     def _acquisitions(self) -> list[Acquisition]:
         out = []
         cmd_start = {e["id"]: e for e in self.events if e["type"] == "cmd_start" and "id" in e}
+        # A lock handed over by a release (issue 27) was decided by the releaser's read of the queue:
+        # its grant is judged by when that read began (the worker's release event records it).
+        handed: dict[tuple[str, int], int] = {
+            (e["lock"], e["handed_token"]): e["handed_look"]
+            for e in self.events
+            if e["type"] == "ok" and e.get("op") == "release" and "handed_look" in e
+        }
         for op_id, phases in self.by_id.items():
             inv = phases.get("invoke")
             if inv is None or inv.get("op") != "acquire":
@@ -314,7 +322,7 @@ class History:
                     ticket=ticket,
                     waited=bool(done.get("waited", True)),
                     enqueued=done.get("enqueued"),
-                    looked=done.get("looked"),
+                    looked=done.get("looked", handed.get((inv["lock"], token))),
                 )
             )
         return sorted(out, key=lambda a: a.invoke)

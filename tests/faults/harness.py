@@ -884,6 +884,8 @@ class Report:
     writes: int
     stale_writes: int
     history: Path
+    handed_over: int = 0
+    """Grants handed over by a release (issue 27), judged for FIFO by the releaser's read."""
 
     @classmethod
     def build(cls, run: MixedRun, h: History, violations: list[Violation], now: NowStats) -> Report:
@@ -908,6 +910,7 @@ class Report:
             writes=sum(1 for e in writes if e.get("result") == "ok"),
             stale_writes=sum(1 for e in writes if e.get("result") == "stale"),
             history=run.workdir / "history.jsonl",
+            handed_over=sum(1 for e in h.events if e["type"] == "ok" and "handed_look" in e),
         )
 
     def revocation_summary(self) -> str:
@@ -923,7 +926,8 @@ class Report:
             f"seed {self.seed} (replay: CHRONOLOCK_FAULT_SEED={self.seed})",
             f"acquisitions {self.acquisitions} of {self.attempts} attempts; indeterminate ops {self.indeterminate}; "
             f"failed attempts {self.failed_by_error}",
-            f"fenced writes accepted {self.writes}, refused stale {self.stale_writes}",
+            f"fenced writes accepted {self.writes}, refused stale {self.stale_writes}; hand-overs judged for FIFO "
+            f"by the releaser's read: {self.handed_over}",
             f"faults injected {sum(self.faults.values())} (skipped {self.skipped}: one of that kind still running): "
             f"{dict(sorted(self.faults.items()))}; observed (not injected) host/store stalls: {len(self.stalls)}"
             + (f", longest {self.stalls[-1]:.2f}s" if self.stalls else ""),

@@ -294,6 +294,26 @@ def test_fifo_flags_a_look_that_began_after_the_earlier_cell_was_written_however
     assert check_fifo(b2.history(), enqueue_margin=1.0) == []
 
 
+def test_fifo_judges_a_handed_over_grant_by_the_releasers_read() -> None:
+    """Issue 27's hand-over: the release grants the first in line, so the waiter records no look of
+    its own; the releaser's release event names the token it handed over and when its queue read
+    began. A cell written before that read and overtaken is a violation; one written after is not."""
+
+    def run(enqueued: float) -> list[Any]:
+        b = B()
+        b.acquire(0.0, 0.1, proc="w1", pid=1, token=1, owner="h", ticket=f"{500_000:020d}h")
+        b.acquire(0.2, 3.0, proc="w2", pid=2, token=3, owner="a", ticket=f"{2_000_000:020d}a", enqueued=enqueued)
+        b.acquire(0.3, 1.2, proc="w3", pid=3, token=2, owner="b", ticket=f"{2_010_000:020d}b")
+        b.ev(1.1, "invoke", "w1", 1, op="release", id="w1:rel", owner="h", lock=LOCK)
+        b.ev(1.15, "ok", "w1", 1, op="release", id="w1:rel", owner="h", lock=LOCK, result=True,
+             handed_token=2, handed_look=int(1.0 * S))  # fmt: skip
+        return check_fifo(b.history(), enqueue_margin=1.0)
+
+    found = run(enqueued=0.5)
+    assert len(found) == 1 and "its cell written 0.500s before that grant's look began" in found[0].message
+    assert run(enqueued=1.05) == []  # written after the releaser's read began: not seen, not overtaken
+
+
 # -- liveness --------------------------------------------------------------------------------------
 
 

@@ -77,6 +77,18 @@ def _moments(lock: RemoteLock) -> dict[str, int]:
     return out
 
 
+def _handed(lock: RemoteLock) -> dict[str, int]:
+    """A release that handed the lock over (issue 27: the release's compare-and-set grants the
+    first in line): the token it granted and when the queue read that chose that waiter began
+    (monotonic ns) — the hand-over's deciding look, by which the FIFO checker judges it (the
+    waiter's own ``looked_at`` is None: the read was this process's)."""
+    lease = lock._lease
+    to, read_at = lease.handed_to, lease.handed_read_at
+    if to is None or read_at is None:
+        return {}
+    return {"handed_token": to.token, "handed_look": int(read_at * NS)}
+
+
 def pick_lock(rng: random.Random, locks: list[str]) -> str:
     """The first lock id is hot (a third of all attempts: long queues, FIFO under contention);
     the rest share the remainder (short queues, fast hand-offs: the run reaches its size)."""
@@ -212,7 +224,7 @@ class Worker:
         except Exception as exc:
             self.rec.emit("fail", **fields, error=repr(exc))
         else:
-            self.rec.emit("ok", **fields, result=result)
+            self.rec.emit("ok", **fields, result=result, **_handed(lock))
         sampler.remove(lock)
 
     # -- sync ------------------------------------------------------------------------------------
