@@ -18,6 +18,7 @@ __all__ = [
     "make_owner",
     "make_ticket",
     "owner_host",
+    "owner_prefix",
     "primitive_row",
     "split_row",
     "this_host",
@@ -94,9 +95,14 @@ def make_owner(task: str | None = None, *, runtime: Runtime = THREADS) -> str:
     Uniqueness per attempt matters: a write whose reply was lost is recognised as ours on
     re-read (the kazoo idiom), and a retried attempt never mistakes an old cell for its own.
     """
+    return f"{owner_prefix(task, runtime=runtime)}{runtime.token_hex(4)}"
+
+
+def owner_prefix(task: str | None = None, *, runtime: Runtime = THREADS) -> str:
+    """What every owner id :func:`make_owner` makes in this task starts with (``host.pid.thread.``)."""
     who = task or runtime.task_name()
     who = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in who)[:32]
-    return f"{runtime.host()}.{runtime.pid()}.{who}.{runtime.token_hex(4)}"
+    return f"{runtime.host()}.{runtime.pid()}.{who}."
 
 
 def owner_host(owner: str) -> str:

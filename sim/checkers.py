@@ -106,6 +106,8 @@ class _Grant:
     column: str = HOLDER_COLUMN
     look_real: int | None = None
     """A hand-over: when the releaser's read of the queue's head started (real time), if known."""
+    handed_over: bool = False
+    """Written by a release's compare-and-set, not by the owner's own acquisition."""
 
 
 class Checkers:
@@ -151,6 +153,9 @@ class Checkers:
         self.revocation_checks: list[tuple[str, str, int, int]] = []
         """(lock id, owner, crash time, deadline) of holders that died while leasewatch was healthy."""
         self.revocation_times: list[float] = []
+        self._came_back_empty: list[tuple[int, str, str, Process, int, int]] = []
+        """(op, lock id, owner prefix, process, invoked, returned) of lock acquisitions that
+        returned no lock (an error, a timeout, a cancellation)."""
 
     # -- reporting --------------------------------------------------------------------------------
 
@@ -199,7 +204,7 @@ class Checkers:
                 state = None if releaser is None else self._states.get(releaser)
                 if state is not None and state.lock._lease.handed_read_at is not None:
                     look_real = state.process.real_at_monotonic(state.lock._lease.handed_read_at)
-                self._on_grant(now, row, new, updates.get(FENCE_COLUMN), column, look_real=look_real)
+                self._on_grant(now, row, new, updates.get(FENCE_COLUMN), column, look_real=look_real, handed_over=True)
                 self.sim.stats.handovers += 1
             elif new is not None:
                 record = _holder(new)
@@ -232,6 +237,7 @@ class Checkers:
         column: str = HOLDER_COLUMN,
         *,
         look_real: int | None = None,
+        handed_over: bool = False,
     ) -> None:
         """``look_real``: a hand-over's deciding look (the releaser's read), in real time."""
         record = _holder(raw)
@@ -246,7 +252,7 @@ class Checkers:
                 f"{lock_id}: grant to {record.owner} issued token {token} (record {record.token}) after {last}",
             )
         self._last_token[lock_id] = max(last, token)
-        grant = _Grant(now, record.owner, record.token, record.ticket, column, look_real)
+        grant = _Grant(now, record.owner, record.token, record.ticket, column, look_real, handed_over)
         self._grants.setdefault(lock_id, []).append(grant)
         self._granted_owner[record.owner] = grant
         self._last_renewal[record.owner] = now
@@ -311,6 +317,12 @@ class Checkers:
 
     def invoked(self, op: int, process: Process, lock_id: str, *, blocking: bool) -> None:
         self._pending[op] = (process, lock_id, self.sim.world.now, blocking)
+
+    def came_back_empty(self, op: int, owner_prefix: str) -> None:
+        """Operation ``op`` (still pending) returned no lock; its attempts' owner ids start with
+        ``owner_prefix`` (lockclient.lockid.owner_prefix). Judged by _check_abandoned_grants."""
+        process, lock_id, invoked, _ = self._pending[op]
+        self._came_back_empty.append((op, lock_id, owner_prefix, process, invoked, self.sim.world.now))
 
     def completed(self, op: int, *, error: BaseException | None = None) -> None:
         self._pending.pop(op, None)
@@ -658,6 +670,7 @@ class Checkers:
         self._check_fifo()
         self._check_shared_fifo()
         self._check_once_periods()
+        self._check_abandoned_grants()
         for log in self._watches:
             self._check_watch(log, final=True)
         for lock_id, owner, last, deadline in self.revocation_checks:
@@ -684,6 +697,37 @@ class Checkers:
                 self.violation(
                     "liveness", f"{lock_id}: queue cell {cell.column[20:]} ({_waiter(cell.value)}) left at the end"
                 )
+
+    def _check_abandoned_grants(self) -> None:
+        """A call that returned no lock leaves nothing of itself for leasewatch: a grant of its own
+        that landed (applied with its answer lost, a failure after a quorum accepted, a grant racing
+        the timeout) is released by the process itself once its requests go through again — within
+        the keeper's retry pause (2 s) after the driver's request timeout (2 s) after the last fault
+        that held it up (docs/guarantees.md, "Unknown outcomes"). Judged only when the process
+        lived, and leasewatch revoked the record more than that (plus 1 s) after the call returned
+        and after those faults ended: issue 23's orphaned grant, which the old code left to leasewatch
+        (or, without it, held for good). A grant handed over by a release is not the call's own: a
+        waiter that left is revoked like a dead holder (docs/guarantees.md, "Hand-over")."""
+        allowance = int((self.sim.network.client_timeout + 2.0 + 1.0) * NS)
+        for op, lock_id, prefix, process, invoked, returned in self._came_back_empty:
+            for grant in self._grants.get(lock_id, []):
+                if grant.at < invoked or grant.at > returned or grant.handed_over:
+                    continue
+                if not grant.owner.startswith(prefix) or grant.owner in self._states:
+                    continue
+                how, removed = self._token_end.get((lock_id, grant.token), ("held", 0))
+                if how != "revoked":
+                    continue  # released by the process (or still held: the end-of-run check says so)
+                client = process.name.partition("#")[0]
+                quiet = self.sim.nemesis.client_undisturbed_since(client, returned, removed)
+                if quiet is not None and removed - quiet > allowance:
+                    self.violation(
+                        "abandoned",
+                        f"{lock_id}: op {op} ({process.name}) returned no lock at {returned / NS:.3f}s, but its "
+                        f"grant of token {grant.token} ({grant.owner}) stayed until leasewatch revoked it at "
+                        f"{removed / NS:.3f}s, {(removed - quiet) / NS:.3f}s after the process could reach the "
+                        "store again",
+                    )
 
     def _handed(self, grant: _Grant) -> bool:
         state = self._states.get(grant.owner)

@@ -207,8 +207,8 @@ FINDINGS: dict[str, Finding] = {
     "orphaned-grant": Finding(
         23,
         "a grant that fails with anything but 'unavailable' orphans a holder record",
-        "unknown",
-        ("liveness", "errors"),
+        "leases",
+        ("abandoned",),
         _restore_23_3,
         "WriteFailure/ServerError/Overloaded classified as plain errors, and take() settling only 'unavailable'",
     ),

@@ -287,6 +287,26 @@ class Nemesis:
         stalled = self.sim.network.stalled_until
         return max([ended, *(stalled.get(lw.process.name, 0) for lw in self.sim.leasewatch)])
 
+    def client_undisturbed_since(self, client: str, start: int, until: int) -> int | None:
+        """When the last fault that could hold up client ``client``'s own store requests (``c1``:
+        its pauses, cut-offs and coordinator faults, and the network's) that began before ``until``
+        ended, or ``start`` if later; None if that client crashed in between (its new incarnation
+        knows nothing of what the old one was settling). Clocks and timesvc do not count: a
+        release needs neither global time nor the wall clock (the keeper's retries run by the
+        monotonic clock)."""
+        sim = self.sim
+        ended = start
+        for e in self.events or []:
+            at = int(e.at * NS)
+            if at >= until or at >= sim.end_of_work:
+                continue
+            end = min(int((e.at + e.duration) * NS), sim.end_of_work)
+            if e.target == client and e.family == "crash" and end > start:
+                return None
+            if e.target == "*" or (e.target == client and e.family != "clock"):
+                ended = max(ended, end)
+        return ended
+
     def _healthy_until(self, now: int) -> int | None:
         """Until when leasewatch (and the network) stays undisturbed from ``now``, as far as the
         schedule says; None if it is disturbed now."""

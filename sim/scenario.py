@@ -28,7 +28,7 @@ from lockclient.fencing import FencedResource, StaleFencingToken
 from lockclient.globaltime import GlobalTimeNotEstablished, GlobalTimeUpdater, check_answerable
 from lockclient.lease import HolderRecord, parse_fence
 from lockclient.locker import RemoteLock, RemoteLocker
-from lockclient.lockid import split_row
+from lockclient.lockid import owner_prefix, split_row
 from lockclient.runtime import Event
 from lockclient.schedule import PeriodicSchedule
 from sim.history import History
@@ -497,16 +497,19 @@ class Client:
         except LockTimeout:
             sim.stats.timeouts += 1
             sim.record("timeout", op=op)
+            sim.checkers.came_back_empty(op, owner_prefix(runtime=rt))
             sim.checkers.completed(op)
             return
         except LockCancelled:
             sim.record("cancelled", op=op)
+            sim.checkers.came_back_empty(op, owner_prefix(runtime=rt))
             sim.checkers.completed(op)
             return
         except ChronolockError as exc:
             kind = type(exc).__name__
             sim.stats.errors[kind] = sim.stats.errors.get(kind, 0) + 1
             sim.record("error", op=op, error=kind)
+            sim.checkers.came_back_empty(op, owner_prefix(runtime=rt))
             sim.checkers.completed(op, error=exc)
             rt.sleep(rng.uniform(0, c.think))
             return
