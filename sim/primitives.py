@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from lockclient.errors import ChronolockError, LockCancelled, LockTimeout
 from lockclient.locker import RemoteLock
-from lockclient.lockid import primitive_row
+from lockclient.lockid import owner_prefix, primitive_row
 from sim.checkers import WatchLog
 
 if TYPE_CHECKING:
@@ -70,16 +70,19 @@ class Primitives:
         except LockTimeout:
             sim.stats.timeouts += 1
             sim.record("timeout", op=op)
+            sim.checkers.came_back_empty(op, owner_prefix(runtime=rt))
             sim.checkers.completed(op)
             return None
         except LockCancelled:
             sim.record("cancelled", op=op)
+            sim.checkers.came_back_empty(op, owner_prefix(runtime=rt))
             sim.checkers.completed(op)
             return None
         except ChronolockError as exc:
             kind = type(exc).__name__
             sim.stats.errors[kind] = sim.stats.errors.get(kind, 0) + 1
             sim.record("error", op=op, error=kind)
+            sim.checkers.came_back_empty(op, owner_prefix(runtime=rt))
             sim.checkers.completed(op, error=exc)
             rt.sleep(rng.uniform(0, sim.config.think))
             return None
@@ -148,12 +151,14 @@ class Primitives:
             leadership = election.campaign(timeout)
         except LockTimeout:
             sim.record("timeout", op=op)
+            sim.checkers.came_back_empty(op, owner_prefix(runtime=rt))
             sim.checkers.completed(op)
             return
         except ChronolockError as exc:
             kind = type(exc).__name__
             sim.stats.errors[kind] = sim.stats.errors.get(kind, 0) + 1
             sim.record("error", op=op, error=kind)
+            sim.checkers.came_back_empty(op, owner_prefix(runtime=rt))
             sim.checkers.completed(op, error=exc)
             rt.sleep(rng.uniform(0, c.think))
             return
