@@ -74,8 +74,9 @@ plain read, one Paxos round and one plain read after the wake-up, where it was t
   lock is never reported lost; and the successor's record is never orphaned, it is its owner's to
   find and adopt (or leasewatch's to revoke, below).
 * *A waiter that leaves* (timeout, cancel, revoked, queueing again) while a release that read its
-  cell may hand it the lock checks, in the background, at once and :data:`HAND_ON_RECHECK_S` later
-  (SERIAL reads, which also settle a compare-and-set in flight), and hands on what it finds (the
+  cell may hand it the lock checks, in the background, at once (a plain read: a hand-over that
+  landed is committed) and :data:`HAND_ON_RECHECK_S` later (a SERIAL read, which also settles a
+  compare-and-set in flight), and hands on what it finds (the
   same release: to the next in line, or to nobody). A waiter handed a lock it can no longer take —
   dead, paused for long, or whose check came before a compare-and-set held up in the network for
   longer than that — is revoked by leasewatch like any dead holder: the lock is then unavailable
@@ -710,22 +711,24 @@ class FairQueue:
     def _hand_on_if_handed(self, waiter: WaiterLease) -> None:
         """A waiter that takes hand-overs left the queue (timed out, cancelled, revoked, or queues
         again): a release that read its cell before it was gone may have handed it the lock. In the
-        background, off the caller's path: read the lock's row at SERIAL (which also settles a
-        compare-and-set in flight) and, if the lock was handed to us, hand it on — at once, and once
-        more :data:`HAND_ON_RECHECK_S` later, for a release whose read came just before our cell
-        went and whose compare-and-set came after our first check. One held up in the network
-        longer than that is left to leasewatch, which revokes it after ``lease + grace`` like a
-        dead holder's (the lock is unavailable that long)."""
-        for delay in (0.0, min(HAND_ON_RECHECK_S, waiter.lease / 3)):
-            self._check_handed(waiter, delay)
+        background, off the caller's path: read the lock's row and, if the lock was handed to us,
+        hand it on — at once, with a plain read (a hand-over that has landed is committed: a plain
+        read sees it), and once more :data:`HAND_ON_RECHECK_S` later at SERIAL (which also settles a
+        compare-and-set in flight), for a release whose read came just before our cell went and
+        whose compare-and-set came after our first check. One Paxos round per waiter that leaves,
+        not two. One held up in the network longer than that is left to leasewatch, which revokes
+        it after ``lease + grace`` like a dead holder's (the lock is unavailable that long)."""
+        self._check_handed(waiter, 0.0, serial=False)
+        self._check_handed(waiter, min(HAND_ON_RECHECK_S, waiter.lease / 3), serial=True)
 
-    def _check_handed(self, waiter: WaiterLease, delay: float) -> None:
+    def _check_handed(self, waiter: WaiterLease, delay: float, *, serial: bool) -> None:
         found: list[HeldLease] = []
 
         def run() -> None:
             if not found:
                 looked_at = self.s.monotonic()
-                held = self._handed(waiter, self.s.store.read_versioned(waiter.lock_id), looked_at)
+                row = self.s.store.read_versioned(waiter.lock_id, serial=serial)
+                held = self._handed(waiter, row, looked_at)
                 if held is None:
                     return
                 log.info("handed_to_a_waiter_that_left", lock_id=waiter.lock_id, owner=waiter.owner)

@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -310,3 +311,30 @@ def test_a_holder_granted_on_its_first_look_releases_as_before(store: CellStore,
         got = waiting.result()
         assert compare_and_sets(got.store_op_counts) == 1
         got.release()
+
+
+def test_a_waiter_that_leaves_checks_for_a_hand_over_with_one_plain_read_and_one_serial(
+    store: CellStore, sqlite_url: str
+) -> None:
+    """A waiter that takes hand-overs and leaves checks in the background whether a release handed
+    it the lock: at once with a plain read (a hand-over that landed is committed), and
+    ``HAND_ON_RECHECK_S`` (≤ lease / 3) later at SERIAL, which settles one in flight — one Paxos
+    round per waiter that leaves, not two. Nothing was handed to it here: the holder keeps the lock."""
+    faulty = FaultyStore(open_store(sqlite_url))
+    reads: list[bool] = []  # the reads of the row off the caller's thread: the background checks
+    faulty.arm(
+        "read_versioned",
+        after=lambda row, serial=True, **k: reads.append(serial),
+        when=lambda row, serial=True, **k: (
+            row == "leaves" and threading.current_thread() is not threading.main_thread()
+        ),
+        times=100,
+    )
+    with client(sqlite_url) as a, client(sqlite_url, store=faulty) as w:
+        held = a.get_lock("leaves")
+        with pytest.raises(LockTimeout):
+            w.get_lock("leaves", timeout=0.5)
+        wait_until(lambda: len(reads) >= 2, "both background checks")
+        time.sleep(0.2)  # (nothing more comes: a third read would show here)
+        assert reads == [False, True]
+        assert held.release() is True
