@@ -709,9 +709,14 @@ class Checkers:
         (or, without it, held for good). A grant handed over by a release is not the call's own: a
         waiter that left is revoked like a dead holder (docs/guarantees.md, "Hand-over")."""
         allowance = int((self.sim.network.client_timeout + 2.0 + 1.0) * NS)
+        times: dict[str, list[int]] = {}
         for op, lock_id, prefix, process, invoked, returned in self._came_back_empty:
-            for grant in self._grants.get(lock_id, []):
-                if grant.at < invoked or grant.at > returned or grant.handed_over:
+            grants = self._grants.get(lock_id, [])  # in grant order
+            if lock_id not in times:
+                times[lock_id] = [g.at for g in grants]
+            at = times[lock_id]
+            for grant in grants[bisect.bisect_left(at, invoked) : bisect.bisect_right(at, returned)]:
+                if grant.handed_over:
                     continue
                 if not grant.owner.startswith(prefix) or grant.owner in self._states:
                     continue
