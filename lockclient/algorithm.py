@@ -320,6 +320,13 @@ def take(
         try:
             result = store.compare_and_set(attempt.lock_id, expected, updates)
             applied, current = result.applied, dict(result.current)
+            if not applied and current.get(column) == value:
+                # "Not applied" (uncertain: the re-read found neither all our values nor the
+                # expected ones) while our very record holds the column: this attempt applied —
+                # its attempt id is in no other value — and another grant moved the shared
+                # fencing counter since (a semaphore's or read lock's other slot). Read as "held
+                # by someone", it was left to leasewatch (found by the simulator, issue 24).
+                applied = True
         except StoreError as exc:
             # Whatever the failure — a timeout, 0x1700, a WriteFailure after a quorum accepted
             # (finding 3 of issue 23: that one used to escape here and orphan the record), even
@@ -343,9 +350,9 @@ def take(
             held.granted_upper_us = upper
             return held
         # Also when the store says "uncertain" (outcome unknown, the row changed since): had
-        # our grant applied, the holder would still be us — only its owner or a revocation
-        # after lease + grace removes a holder record — so another holder, or none with a
-        # moved counter, means it did not.
+        # our grant applied, the holder would still be us (adopted above) — only its owner or a
+        # revocation after lease + grace removes a holder record — so another holder, or none
+        # with a moved counter, means it did not.
         holder = current.get(column)
         if holder is not None:
             return holder
