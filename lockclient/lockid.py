@@ -63,6 +63,12 @@ def validate_lock_id(lock_id: object, *, legacy: bool = False) -> str:
         raise InvalidLockId(f"lock id must be a string, not {type(lock_id).__name__}")
     if not lock_id:
         raise InvalidLockId("lock id must not be empty")
+    if lock_id.isascii() and lock_id.isprintable() and len(lock_id) <= MAX_LOCK_ID_BYTES:
+        # The common case, checked in C: in ASCII the control characters (Cc) are exactly the
+        # unprintable ones, and ASCII is NFC and visible; one byte of UTF-8 per character. The
+        # loop below costs 2.5 us for a 3-character id and 56 us for 200 characters — paid by
+        # each of a thousand asyncio tasks in the one loop iteration that starts them (issue 25).
+        return lock_id
     try:
         size = len(lock_id.encode("utf-8"))
     except UnicodeEncodeError as exc:  # lone surrogates

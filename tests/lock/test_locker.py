@@ -352,6 +352,18 @@ def test_lock_id_validation_accepts_exactly_printable_text(lock_id: str) -> None
         assert validate_lock_id(lock_id) == lock_id
 
 
+@given(st.text(st.characters(max_codepoint=0x7F), min_size=1, max_size=MAX_LOCK_ID_BYTES + 2))
+@settings(max_examples=300)
+def test_ascii_lock_ids_take_the_fast_path_with_the_same_verdicts(lock_id: str) -> None:
+    """ASCII ids are checked in C (``isprintable``); the verdict is the per-character rules'."""
+    refused = any(ord(c) < 32 or ord(c) == 0x7F for c in lock_id) or len(lock_id) > MAX_LOCK_ID_BYTES
+    if refused:
+        with pytest.raises(InvalidLockId):
+            validate_lock_id(lock_id)
+    else:
+        assert validate_lock_id(lock_id) == lock_id
+
+
 def test_owners_are_unique_and_readable() -> None:
     owners = {make_owner() for _ in range(1000)}
     assert len(owners) == 1000
