@@ -370,6 +370,14 @@ class Worker:
         except Terminated:
             self.rec.emit("cmd_exit", id=op, lock=lock_id, owner=owner, reason="SIGTERM")
             raise SystemExit(128 + signal.SIGTERM) from None
+        except BaseException as exc:
+            # A command that fails (its store cannot even be opened on a full disk) stops believing
+            # as it exits. Without this line the witness below was the only record, and a witness
+            # that starts after its command is gone (an interpreter start-up on a loaded machine)
+            # records nothing: the checker then ran the belief on to lockctl's exit, after lockctl's
+            # release and the grants that followed it (12 false [lease] violations, 2026-12-07).
+            self.rec.emit("cmd_exit", id=op, lock=lock_id, owner=owner, reason=f"error: {exc!r}"[:200])
+            raise
         self.rec.emit("cmd_exit", id=op, lock=lock_id, owner=owner, reason="done")
 
     def _witness_death(self, op: str, lock_id: str, owner: str) -> None:
