@@ -586,13 +586,19 @@ class RemoteLocker:
         its queue cell) finishes in the background."""
         validate_lock_id(lock_id)
         _check_timeout(timeout)
+        # Its turn at the loop's pacer comes first: a burst of a thousand calls started together
+        # costs the iteration that starts them a future each, and everything below comes in
+        # slices (a thousand calls' checks and set-up in that one iteration were 17 ms of CPU on
+        # the quiet machine; the issue's bound on chronolock's stretches is 10 ms).
+        deadline, admission = _aadmission(timeout)
+        if admission is not None and not await admission:
+            raise LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
         check_min_hold(min_hold)
         label, payload = check_label(label), check_payload(payload)
         self._check_open()
         who = self._refuse_reentry(lock_id)
-        lock = await self._aacquire(
-            lock_id, timeout, max_hold, blocking=True, min_hold=min_hold, label=label, payload=payload
-        )
+        acquire = partial(self._acquire_on_loop, lock_id, max_hold, True, min_hold, label, payload)
+        lock = await aacquire(acquire, lock_id, timeout, admitted=True, deadline=deadline)
         assert lock is not None
         self._note_held(lock, who)
         return lock
@@ -608,29 +614,16 @@ class RemoteLocker:
     ) -> RemoteLock | None:
         """asyncio twin of :meth:`try_get_lock`."""
         validate_lock_id(lock_id)
+        _, admission = _aadmission(None)  # as aget_lock's
+        if admission is not None:
+            await admission  # (no deadline: always let in)
         check_min_hold(min_hold)
         label, payload = check_label(label), check_payload(payload)
         self._check_open()
         who = (lock_id, _caller())  # no re-entry check: see try_get_lock
-        lock = await self._aacquire(
-            lock_id, None, max_hold, blocking=False, min_hold=min_hold, label=label, payload=payload
-        )
+        acquire = partial(self._acquire_on_loop, lock_id, max_hold, False, min_hold, label, payload)
+        lock = await aacquire(acquire, lock_id, None, admitted=True, deadline=None)
         return self._note_held(lock, who)
-
-    async def _aacquire(
-        self,
-        lock_id: str,
-        timeout: float | None,
-        max_hold: float | None,
-        *,
-        blocking: bool,
-        min_hold: float | None = None,
-        label: str = "",
-        payload: str = "",
-    ) -> RemoteLock | None:
-        return await aacquire(
-            partial(self._acquire_on_loop, lock_id, max_hold, blocking, min_hold, label, payload), lock_id, timeout
-        )
 
     def _acquire_on_loop(
         self,
@@ -1190,20 +1183,53 @@ def _rw(max_readers: int, mode: Literal["r", "w"]) -> Shape:
     return Shape("rwlock", max_readers, mode)
 
 
-async def aacquire(acquire: OnLoopAcquire[H], lock_id: str, timeout: float | None) -> H | None:
+def _aadmission(timeout: float | None) -> tuple[float | None, asyncio.Future[bool] | None]:
+    """A new asyncio call's deadline (``time.monotonic()``, from ``timeout``) and its turn at the
+    running loop's pacer: None if it may go on now, else a future resolved True when it is let
+    in, False if its deadline passed first (:meth:`lockclient.runtime.aio._Pacer.admit`). Not a
+    coroutine, and the first thing a call does: its cost is what a burst pays in one iteration."""
+    runtime = _current_runtime()
+    deadline = None if timeout is None else runtime.monotonic() + timeout
+    return deadline, runtime.pacer.admit(deadline)
+
+
+def _current_runtime() -> AsyncioRuntime:
+    """The running loop's :class:`~lockclient.runtime.aio.AsyncioRuntime`. Its module is imported
+    on first use (``import lockclient`` does not import asyncio), then found in a global: an
+    import statement in a function costs every call a microsecond."""
+    global _RUNTIME_TYPE  # noqa: PLW0603 - a cache of a class, set once
+    if _RUNTIME_TYPE is None:
+        from lockclient.runtime.aio import AsyncioRuntime
+
+        _RUNTIME_TYPE = AsyncioRuntime
+    return _RUNTIME_TYPE.current()
+
+
+_RUNTIME_TYPE: type[AsyncioRuntime] | None = None
+
+
+async def aacquire(
+    acquire: OnLoopAcquire[H],
+    lock_id: str,
+    timeout: float | None,
+    *,
+    admitted: bool = False,
+    deadline: float | None = None,
+) -> H | None:
     """Run ``acquire`` on the running event loop (:mod:`lockclient.runtime.aio`) — how every
     asyncio acquisition runs (locks, semaphores, read-write locks, elections): no thread per
     waiter; admitted by the loop's pacer (a burst comes in a slice at a time); its deadline an
     entry in the loop's one deadline heap, :class:`LockTimeout` at most ``TIMEOUT_GRACE_S`` after
     it whatever the store does; cancelling the awaiting task cancels the acquisition and cleans up
     — however many times it is cancelled, and even if it was granted just then (what nobody
-    awaits any more is released)."""
+    awaits any more is released). ``admitted``: the caller already had its turn at the pacer
+    (:func:`_aadmission`), with ``deadline`` computed then from ``timeout``."""
     # The outcome's error is raised here, not where it was decided: an exception's traceback
     # keeps every frame it passed through alive with all their locals, and the frame below
     # holds the whole acquisition (its run, its state, the run's own error and that error's
     # frames) — ~60 objects for the collector per LockTimeout an application keeps (logs
     # later, stores in a result). This frame holds the arguments only.
-    outcome = await _aacquisition(acquire, lock_id, timeout)
+    outcome = await _aacquisition(acquire, lock_id, timeout, admitted, deadline)
     if isinstance(outcome, BaseException):
         try:
             raise outcome
@@ -1214,7 +1240,9 @@ async def aacquire(acquire: OnLoopAcquire[H], lock_id: str, timeout: float | Non
     return outcome
 
 
-async def _aacquisition(acquire: OnLoopAcquire[H], lock_id: str, timeout: float | None) -> H | BaseException | None:
+async def _aacquisition(
+    acquire: OnLoopAcquire[H], lock_id: str, timeout: float | None, admitted: bool, deadline: float | None
+) -> H | BaseException | None:
     """:func:`aacquire`'s work: what was acquired, None (not blocking, busy), or the error to
     raise (never raised here but on cancellation)."""
     import asyncio
@@ -1223,13 +1251,13 @@ async def _aacquisition(acquire: OnLoopAcquire[H], lock_id: str, timeout: float 
 
     runtime = AsyncioRuntime.current()
     loop = runtime.loop
-    deadline = None if timeout is None else runtime.monotonic() + timeout
-    admission = runtime.pacer.admit(deadline)
-    # A burst of calls (a thousand tasks started together) comes in a slice at a time: each
-    # waits here, a future, until it is let in — or told its deadline passed first, having done
-    # nothing that needs undoing.
-    if admission is not None and not await admission:
-        return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
+    if not admitted:
+        # A burst of calls (a thousand tasks started together) comes in a slice at a time: each
+        # waits here, a future, until it is let in — or told its deadline passed first, having
+        # done nothing that needs undoing.
+        deadline, admission = _aadmission(timeout)
+        if admission is not None and not await admission:
+            return LockTimeout("timed out waiting for a turn on the event loop", lock_id=lock_id)
     # The acquisition runs in a greenlet driven by callbacks (lockclient.runtime.aio, _Run),
     # not by a task: its first step, and every step after a wait, takes its turn at the loop's
     # pacer — a burst of a thousand calls comes onto the loop in slices. It learns of the
