@@ -199,9 +199,11 @@ def test_no_freeze_after_a_fast_replica_published_and_died(processes: Fleet, sql
     samples: list[tuple[int, int]] = []
     refusals: list[str] = []
     with httpx.Client(timeout=5) as client:
-        end = time.monotonic() + 5
+        # 5 s and 10 answers at least: on a loaded machine 10 answers can take longer (each /now is
+        # a store round trip), and the count, not the machine's speed, is what the test needs.
+        started = time.monotonic()
         i = 0
-        while time.monotonic() < end:
+        while time.monotonic() - started < 5 or (len(samples) < 10 and time.monotonic() - started < 60):
             r = healthy[i % 2]
             i += 1
             answer = client.get(f"{r.url}/now")
@@ -213,7 +215,7 @@ def test_no_freeze_after_a_fast_replica_published_and_died(processes: Fleet, sql
                 # by what the answers that came say.
                 refusals.append(f"{answer.status_code} {answer.text[:200]}")
             time.sleep(0.1)
-    assert len(samples) >= 10, f"too few answers in 5 s: {len(samples)}; refusals: {refusals[:5]}"
+    assert len(samples) >= 10, f"too few answers in 60 s: {len(samples)}; refusals: {refusals[:5]}"
     values = [v for _, v in samples]
     assert values == sorted(values)
     assert values[0] - time.time_ns() // 1000 > 590_000_000, "global time must never come back down"
