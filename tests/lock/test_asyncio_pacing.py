@@ -201,6 +201,32 @@ def test_a_burst_costs_its_first_iteration_an_admission_each_and_nothing_more(
     asyncio.run(scenario())
 
 
+def test_a_slow_loop_widens_the_slice_for_steps_but_never_for_admissions() -> None:
+    """After 10 ms of the loop's other work, a slice may run steps for up to ``max_slice_s`` (5 ms):
+    on a busy loop the waiters still get a share. But a caller let in runs its task step in the
+    next iteration, outside every slice, so admissions keep to ``slice_s``: 134 of 1,000 waiting
+    callers, not the 334 that filled the widened slice and put 3.7 ms of their steps into one
+    iteration of ``python -m bench asyncio``."""
+
+    async def scenario() -> None:
+        clock = StepClock(0.0)
+        pacer = _Pacer(asyncio.get_running_loop(), slice_s=0.002, clock=clock, max_slice_s=0.005)
+        fillers = _fill(pacer, clock, 2)
+        admissions = [pacer.admit() for _ in range(1000)]
+        clock.now += 0.010  # the loop's other work before the slice
+        await asyncio.sleep(0)  # the slice runs (it was scheduled before this task's wake-up)
+        let_in = [future for future in admissions if future is not None and future.done()]
+        assert all(future.result() for future in let_in)
+        assert abs(len(let_in) - 0.002 / aio.ADMIT_COST_S) <= 1, len(let_in)
+        # The steps had the widened slice: both fillers (2 ms each, after 2 ms of admissions) ran.
+        assert [filler.done for filler in fillers] == [True, True]
+        for future in admissions:
+            if future is not None:
+                future.cancel()
+
+    asyncio.run(scenario())
+
+
 def test_a_timeout_fires_with_no_store_reply_at_all(store: CellStore) -> None:
     """Every write and read of the waiter stalls in the store (its enqueue never answers): its
     ``aget_lock`` still raises LockTimeout — the deadline is the loop's timer, not a reply — and
