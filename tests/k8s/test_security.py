@@ -146,6 +146,21 @@ def test_only_dev_turns_tls_off(rendered_all: dict[str, Rendered]) -> None:
     assert cassandra_init_script(dev)[1]["CASSANDRA_TLS"] == "off"
 
 
+@pytest.mark.parametrize("overlay", ["prod", "dev"])
+@pytest.mark.parametrize("stock_line", ["", "paxos_variant: v1\n", "# paxos_variant: v1\n"])
+def test_every_cassandra_node_runs_paxos_v2(
+    rendered_all: dict[str, Rendered], tmp_path: Path, overlay: str, stock_line: str
+) -> None:
+    """Issue 27: the manifests run the Paxos variant docs/cassandra.md recommends, whether the
+    image's cassandra.yaml leaves it out (4.1.7's does), sets it, or names it in a comment; and
+    they do not purge Paxos state as "repaired", which needs paxos repairs nothing here schedules."""
+    script, env = cassandra_init_script(rendered_all[overlay])
+    config = run_init_script(script, env, tmp_path, stock=STOCK_YAML + stock_line)
+    assert config["paxos_variant"] == "v2"
+    assert "paxos_state_purging" not in config
+    assert config["commitlog_sync"] == "batch"
+
+
 def _secret_ref(container: dict[str, Any], variable: str) -> str | None:
     """The Secret a variable comes from, without the hash suffix generated Secrets carry."""
     for env in container.get("env", []):
