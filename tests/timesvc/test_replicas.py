@@ -19,9 +19,15 @@ pytestmark = pytest.mark.slow
 
 MAX_SKEW_US = 1_000_000
 
+CLIENT_TIMEOUT_S = 20.0
+"""How long a request here may take. A /now is a store write (TryUpdateGlobalTime) that queues
+behind the other replicas' for the SQLite file's write lock, up to the store's 5 s busy timeout;
+beside stress-ng one took 4.4 s and one over 5 s, the old client timeout (2026-12-07 and -08).
+Every request must still be answered: a timeout fails the test."""
+
 
 def now_us(proc: ServiceProcess) -> int:
-    response = httpx.get(f"{proc.url}/now", timeout=5)
+    response = httpx.get(f"{proc.url}/now", timeout=CLIENT_TIMEOUT_S)
     response.raise_for_status()
     value: int = response.json()["now_us"]
     return value
@@ -72,7 +78,7 @@ def test_now_advances_with_real_time_at_microsecond_resolution(processes: Fleet,
     replicas = [processes.timesvc(sqlite_url, name=f"r{i}") for i in range(3)]
     for r in replicas:
         r.wait_ready()
-    with httpx.Client(timeout=5) as client:
+    with httpx.Client(timeout=CLIENT_TIMEOUT_S) as client:
         for a, b in itertools.islice(itertools.cycle(itertools.permutations(replicas, 2)), 12):
             t0 = time.monotonic_ns()
             first = client.get(f"{a.url}/now").json()["now_us"]
@@ -93,10 +99,13 @@ def test_runaway_replica_never_drags_now_ahead_and_reports_not_ready(processes: 
     for r in healthy:
         r.wait_ready()
     fast = processes.timesvc(sqlite_url, name="fast", skew="+600s", replicas=3)
-    deadline = time.monotonic() + 6
-    with httpx.Client(timeout=5) as client:
-        refused = 0
-        while time.monotonic() < deadline:
+    # At least 6 s of reading, and until the runaway has refused once and the healthy replicas have
+    # answered 3 times (at most 60 s): on a loaded machine one round of requests can take seconds.
+    started = time.monotonic()
+    with httpx.Client(timeout=CLIENT_TIMEOUT_S) as client:
+        refused, answered = 0, 0
+        busy: list[str] = []
+        while time.monotonic() - started < 6 or ((refused == 0 or answered < 3) and time.monotonic() - started < 60):
             for r in [*healthy, fast]:
                 response = client.get(f"{r.url}/now")
                 if r is fast and response.status_code == 503:
@@ -106,10 +115,17 @@ def test_runaway_replica_never_drags_now_ahead_and_reports_not_ready(processes: 
                     assert "refuses its own clock" in detail or "cannot vouch" in detail, detail
                     refused += 1
                     continue
+                if r is not fast and response.status_code != 200:
+                    # A healthy replica may fail a request when the store stays busy for its whole
+                    # busy timeout: availability on a loaded machine, not the runaway's clock.
+                    busy.append(f"{r.name}: {response.status_code} {response.text[:200]}")
+                    continue
                 value = response.json()["now_us"]
                 assert value <= time.time_ns() // 1000 + MAX_SKEW_US, f"{r.name} handed out a time from the future"
+                answered += r is not fast
             time.sleep(0.05)
         assert refused > 0, "a replica that was never in sync must not vouch for a time"
+        assert answered >= 3, f"the healthy replicas answered {answered} times in 60 s: {busy[:5]}"
         ready = client.get(f"{fast.url}/readyz")
         assert ready.status_code == 503
         assert any("local clock refused" in reason for reason in ready.json()["reasons"])
@@ -138,8 +154,7 @@ def test_pausing_the_healthy_replicas_never_lets_a_runaway_take_over(processes: 
     for r in healthy:
         r.wait_ready()
     fast = processes.timesvc(sqlite_url, name="fast", skew="+600s", replicas=3)
-    # Every request must be answered: a timeout here (the store's busy timeout is 5 s) fails the test.
-    with httpx.Client(timeout=20) as client:
+    with httpx.Client(timeout=CLIENT_TIMEOUT_S) as client:
 
         def check_for(seconds: float) -> None:
             end = time.monotonic() + seconds
@@ -198,7 +213,7 @@ def test_no_freeze_after_a_fast_replica_published_and_died(processes: Fleet, sql
 
     samples: list[tuple[int, int]] = []
     refusals: list[str] = []
-    with httpx.Client(timeout=5) as client:
+    with httpx.Client(timeout=CLIENT_TIMEOUT_S) as client:
         # 5 s and 10 answers at least: on a loaded machine 10 answers can take longer (each /now is
         # a store round trip), and the count, not the machine's speed, is what the test needs.
         started = time.monotonic()
@@ -235,7 +250,7 @@ def test_replica_in_the_past_never_lowers_now(processes: Fleet, sqlite_url: str)
     )
     assert monotonic_read_violations(reads) == []
     assert all(r.value > time.time_ns() // 1000 - 60_000_000 for r in reads), "the slow replica's clock leaked"
-    with httpx.Client(timeout=5) as client:
+    with httpx.Client(timeout=CLIENT_TIMEOUT_S) as client:
         ready = client.get(f"{slow.url}/readyz")
         assert ready.status_code == 503
         assert any(reason.startswith("clock:") for reason in ready.json()["refusing"])
@@ -250,7 +265,7 @@ def test_store_unavailable_gives_503_and_recovers_by_itself(processes: Fleet, tm
     blocker = sqlite3.connect(db, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")  # another writer holds the database: every write is busy
     try:
-        with httpx.Client(timeout=5) as client:
+        with httpx.Client(timeout=CLIENT_TIMEOUT_S) as client:
             deadline = time.monotonic() + 10
             while client.get(f"{replica.url}/readyz").status_code != 503:
                 assert time.monotonic() < deadline, "readyz stayed 200 while the store was unavailable"
@@ -270,7 +285,7 @@ def test_store_unavailable_gives_503_and_recovers_by_itself(processes: Fleet, tm
 
 def test_bad_http_input_gets_a_clear_4xx(processes: Fleet, sqlite_url: str) -> None:
     replica = processes.timesvc(sqlite_url, name="r")
-    with httpx.Client(base_url=replica.url, timeout=5) as client:
+    with httpx.Client(base_url=replica.url, timeout=CLIENT_TIMEOUT_S) as client:
         wrong_method = client.post("/now", json={"now_us": 1})
         assert wrong_method.status_code == 405 and wrong_method.json()["detail"] == "Method Not Allowed"
         missing = client.get("/nope")
