@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from typing import Any
 
@@ -45,3 +46,22 @@ def test_a_phase_counts_its_own_burst_and_not_the_work_done_before_it() -> None:
     assert quiet["loop_cpu_ms"]["max"] < STRETCH_S * 1000 / 2, quiet
     assert busy["loop_cpu_ms"]["max"] >= STRETCH_S * 1000, busy
     assert busy["loop_cpu_less_gc_ms"]["max"] >= STRETCH_S * 1000 - 1, busy
+
+
+def test_a_full_collection_in_another_thread_is_counted_but_not_taken_from_the_loops_cpu() -> None:
+    """A full collection that a store worker's allocation triggers stops the loop too (it holds the
+    GIL): the phase counts it. The loop thread's own CPU ("less GC") is left as it was."""
+
+    async def scenario() -> dict[str, Any]:
+        ticker = Ticker()
+        tick = asyncio.create_task(ticker.run())
+        await asyncio.sleep(0.01)
+        phase: dict[str, Any] = {}
+        async with ticker.phase(phase):
+            await asyncio.to_thread(gc.collect)
+            await asyncio.sleep(0.02)
+        tick.cancel()
+        return phase
+
+    phase = asyncio.run(scenario())
+    assert phase["full_gc"]["n"] >= 1, phase
