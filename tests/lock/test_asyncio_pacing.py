@@ -227,6 +227,29 @@ def test_a_slow_loop_widens_the_slice_for_steps_but_never_for_admissions() -> No
     asyncio.run(scenario())
 
 
+def test_a_slice_full_before_it_begins_still_lets_one_caller_in() -> None:
+    """Steps taken inline since the last slice (hand-overs, each stepped at once) count against it;
+    when they alone fill it, it still lets one waiting caller in, as it still takes one step from
+    its line. Otherwise a loop busy with hand-overs in every iteration would keep new calls out
+    until their deadline, and forever with ``timeout=None``."""
+
+    async def scenario() -> None:
+        clock = StepClock(0.0)
+        pacer = _Pacer(asyncio.get_running_loop(), slice_s=0.002, clock=clock, max_slice_s=0.005)
+        filler = _fill(pacer, clock, 1)[0]
+        admissions = [pacer.admit() for _ in range(10)]
+        pacer._inline = 0.010  # inline steps took 10 ms since the last slice
+        await asyncio.sleep(0)  # the slice runs
+        let_in = [future for future in admissions if future is not None and future.done()]
+        assert len(let_in) == 1 and let_in[0].result() is True
+        assert filler.done  # and the line its one step
+        for future in admissions:
+            if future is not None:
+                future.cancel()
+
+    asyncio.run(scenario())
+
+
 def test_a_timeout_fires_with_no_store_reply_at_all(store: CellStore) -> None:
     """Every write and read of the waiter stalls in the store (its enqueue never answers): its
     ``aget_lock`` still raises LockTimeout — the deadline is the loop's timer, not a reply — and
