@@ -578,7 +578,10 @@ class _Pacer:
             # that a deadline waits is an iteration of the loop's other work, however long the
             # machine's load makes it (at load 50, ten iterations of 100 wake-ups each made
             # LockTimeout 0.4-0.8 s late).
-            while wakes and used < self.max_slice_s:
+            # At least one per slice, however much the steps taken inline since the last one used:
+            # a loop busy with hand-overs in every iteration must still deliver its deadlines.
+            wake_room = max(self.max_slice_s, used + WAKE_COST_S / 2)
+            while wakes and used < wake_room:
                 wakes.popleft()()
                 used += WAKE_COST_S
                 deferred += WAKE_COST_S

@@ -250,6 +250,25 @@ def test_a_slice_full_before_it_begins_still_lets_one_caller_in() -> None:
     asyncio.run(scenario())
 
 
+def test_a_slice_full_before_it_begins_still_delivers_one_deadline() -> None:
+    """The same for wake-ups (a ``LockTimeout`` to deliver): steps taken inline since the last slice
+    that filled even the longest slice leave room for one wake-up, so a loop busy with hand-overs
+    in every iteration still delivers its deadlines."""
+    woken: list[int] = []
+
+    async def scenario() -> None:
+        clock = StepClock(0.0)
+        pacer = _Pacer(asyncio.get_running_loop(), slice_s=0.002, clock=clock, max_slice_s=0.005)
+        pacer._used = pacer._inline = 0.010  # inline steps took 10 ms since the last slice
+        for i in range(5):
+            pacer.wake(lambda i=i: woken.append(i))
+        assert woken == []  # all in line: the iteration is over its slice
+        await asyncio.sleep(0)  # the slice runs
+        assert woken == [0]
+
+    asyncio.run(scenario())
+
+
 def test_a_timeout_fires_with_no_store_reply_at_all(store: CellStore) -> None:
     """Every write and read of the waiter stalls in the store (its enqueue never answers): its
     ``aget_lock`` still raises LockTimeout — the deadline is the loop's timer, not a reply — and
