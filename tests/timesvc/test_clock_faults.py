@@ -144,6 +144,13 @@ def test_one_faulty_clock_never_drags_now_and_is_refused(
         # 1.1x gains 0.1 s/s: within ~12 s (and its start) it is more than max_skew off; the
         # others are at once or within a few seconds.
         observe(client, trio.all, 14.0, out)
+        # Refusing a clock only just over max_skew off takes fresh readings from the others, which a
+        # loaded machine delays: beside stress-ng the 1.1x replica still vouched for its clock after
+        # 14 s (fresh-clone run, 2026-12-08). Observe on — every answer still judged — until it
+        # refuses, at most 60 s more (its clock is then 7 s off).
+        more = time.monotonic() + 60
+        while client.get(f"{trio.faulty.url}/readyz").status_code != 503 and time.monotonic() < more:
+            observe(client, trio.all, 1.0, out)
         assert monotonic_read_violations(out.reads) == []
         for r in trio.healthy:
             assert out.refused.get(r.name, 0) == 0, f"a correct replica refused: {out.refused}"
