@@ -87,8 +87,8 @@ class Ticker:
     (hand-over: 14 ms, of which no loop iteration in the phase took more than 2.5)."""
     ticking: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once a tick has begun since :attr:`since`: a phase's work starts inside a counted tick."""
-    _gc_started: float = 0.0
-    _other_gc_started: dict[int, float] = field(default_factory=dict)
+    _gc_started: dict[int, float] = field(default_factory=dict)
+    """When the collection under way in each thread began (its thread's CPU time)."""
     loop_thread: int = 0
 
     def on_gc(self, phase: str, info: dict[str, Any]) -> None:
@@ -96,20 +96,16 @@ class Ticker:
         counted in :attr:`full_gc` — it holds the GIL, so it stops the loop all the same (one of
         24 ms ran in the keeper's thread while 1,000 waited) — but only the loop thread's are taken
         out of :attr:`busy_less_gc`, which is the loop thread's own CPU time."""
-        if threading.get_ident() != self.loop_thread:
-            if info["generation"] == 2:
-                if phase == "start":
-                    self._other_gc_started[threading.get_ident()] = time.thread_time()
-                else:
-                    started = self._other_gc_started.pop(threading.get_ident(), None)
-                    if started is not None:
-                        self.full_gc.append(time.thread_time() - started)
-            return
+        thread = threading.get_ident()
         if phase == "start":
-            self._gc_started = time.thread_time()
+            self._gc_started[thread] = time.thread_time()
             return
-        took = time.thread_time() - self._gc_started
-        self.gc_cpu += took
+        started = self._gc_started.pop(thread, None)
+        if started is None:
+            return
+        took = time.thread_time() - started
+        if thread == self.loop_thread:
+            self.gc_cpu += took
         if info["generation"] == 2:
             self.full_gc.append(took)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +81,18 @@ def observe(client: httpx.Client, replicas: list[ServiceProcess], seconds: float
         assert behind <= MAX_SKEW_US, f"{r.name} answered {behind / 1e6:.3f}s behind real time (read {window:.3f}s)"
         time.sleep(0.02)
     raise AssertionError("unreachable")
+
+
+def observe_until(
+    client: httpx.Client, replicas: list[ServiceProcess], done: Callable[[], bool], out: Observed, seconds: float = 60.0
+) -> None:
+    """:func:`observe` on, a second at a time, until ``done()`` or ``seconds`` have passed (the
+    caller's assertions then judge). Refusing a clock only just over max_skew off takes fresh
+    readings from the other replicas, which a loaded machine delays: beside stress-ng a replica
+    1.1x fast still vouched for its clock after 14 s (fresh-clone run, 2026-12-08)."""
+    more = time.monotonic() + seconds
+    while not done() and time.monotonic() < more:
+        observe(client, replicas, 1.0, out)
 
 
 @dataclass
@@ -144,13 +157,8 @@ def test_one_faulty_clock_never_drags_now_and_is_refused(
         # 1.1x gains 0.1 s/s: within ~12 s (and its start) it is more than max_skew off; the
         # others are at once or within a few seconds.
         observe(client, trio.all, 14.0, out)
-        # Refusing a clock only just over max_skew off takes fresh readings from the others, which a
-        # loaded machine delays: beside stress-ng the 1.1x replica still vouched for its clock after
-        # 14 s (fresh-clone run, 2026-12-08). Observe on — every answer still judged — until it
-        # refuses, at most 60 s more (its clock is then 7 s off).
-        more = time.monotonic() + 60
-        while client.get(f"{trio.faulty.url}/readyz").status_code != 503 and time.monotonic() < more:
-            observe(client, trio.all, 1.0, out)
+        # On a loaded machine, on until it refuses (at most 60 s more: a 1.1x clock is then 7 s off).
+        observe_until(client, trio.all, lambda: client.get(f"{trio.faulty.url}/readyz").status_code == 503, out)
         assert monotonic_read_violations(out.reads) == []
         for r in trio.healthy:
             assert out.refused.get(r.name, 0) == 0, f"a correct replica refused: {out.refused}"
@@ -181,11 +189,7 @@ def test_a_replica_configured_for_one_beside_two_configured_for_three_cannot_mov
             reasons: dict[str, str] = client.get(f"{trio.faulty.url}/status").json()["refusing"]
             return reasons
 
-        # Judging its clock takes fresh readings from the others (see the test above): on a loaded
-        # machine observe on, every answer still judged, until it refuses both, at most 60 s more.
-        more = time.monotonic() + 60
-        while not {"clock", "replicas"} <= refusing_now().keys() and time.monotonic() < more:
-            observe(client, trio.all, 1.0, out)
+        observe_until(client, trio.all, lambda: {"clock", "replicas"} <= refusing_now().keys(), out)
         assert monotonic_read_violations(out.reads) == []
         refusing = refusing_now()
         assert {"clock", "replicas"} <= refusing.keys(), refusing
