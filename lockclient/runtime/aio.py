@@ -592,11 +592,9 @@ class _Pacer:
                 # its task step in the next iteration, outside any slice, so a longer budget only
                 # makes that iteration longer (1,000 calls at once: 333 let in, 3.7 ms of their
                 # steps in one iteration, three such iterations in one 1 ms tick of the benchmark).
-                room = min(budget, self.slice_s)
-                if used >= room:
-                    # But one caller per slice, whatever ran before it (inline steps, wake-ups): a
-                    # loop whose every iteration is full of hand-overs must still let new calls in.
-                    room = used + ADMIT_COST_S / 2
+                # But one caller per slice, whatever ran before it (inline steps, wake-ups), as for
+                # wake-ups: a loop whose every iteration is full of hand-overs must let new calls in.
+                room = max(min(budget, self.slice_s), used + ADMIT_COST_S / 2)
                 while admissions and used < room:
                     admitted, deadline = admissions.popleft()
                     if admitted.done():
